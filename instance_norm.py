@@ -40,6 +40,7 @@ _CUDA_SOURCE = r"""
 // =====================================================================================
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -426,15 +427,15 @@ struct ChunkSpan {
 };
 
 template <typename T>
-__device__ __forceinline__ Boundary instance_boundary(const Params<T>& p, int64_t instance) {
-  return boundary_of<T>(p.instance_size, static_cast<int>((instance * p.instance_size) % Elem<T>::kVec));
+__device__ __forceinline__ Boundary instance_boundary(int64_t instance_size, int64_t instance) {
+  return boundary_of<T>(instance_size, static_cast<int>((instance * instance_size) % Elem<T>::kVec));
 }
 
 template <typename T>
-__device__ __forceinline__ ChunkSpan chunk_span(const Params<T>& p, int64_t instance, int64_t chunk) {
+__device__ __forceinline__ ChunkSpan chunk_span(int64_t instance_size, int64_t instance, int64_t chunk) {
   constexpr int kVec = Elem<T>::kVec;
   constexpr int64_t kChunk = int64_t(kChunkThreads) * kChunkVectorsPerThread * kVec;
-  const int64_t start = instance * p.instance_size;
+  const int64_t start = instance * instance_size;
   const int head = static_cast<int>(start % kVec);
   const int64_t chunk_start = chunk * kChunk - head;  // instance-local index of the chunk's first element
   ChunkSpan span;
@@ -442,7 +443,7 @@ __device__ __forceinline__ ChunkSpan chunk_span(const Params<T>& p, int64_t inst
   span.first = static_cast<int>(threadIdx.x) * kVec;
   span.stride = kChunkThreads * kVec;
   span.lo = chunk == 0 ? head : 0;
-  const int64_t rest = p.instance_size - chunk_start;
+  const int64_t rest = instance_size - chunk_start;
   span.hi = static_cast<int>(rest < kChunk ? rest : kChunk);
   return span;
 }
@@ -458,12 +459,12 @@ chunk_stats_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t 
   for (int64_t work = blockIdx.x; work < total; work += gridDim.x) {
     const int64_t instance = work / chunks_per_instance;
     const int64_t chunk = work - instance * chunks_per_instance;
-    const ChunkSpan span = chunk_span<T>(p, instance, chunk);
+    const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
     uint4 raw[kChunkVectorsPerThread];
     load_whole_vectors<T, kChunkVectorsPerThread>(raw, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
     Stats<acc_t> s = thread_stats<T, kChunkVectorsPerThread>(raw, span.first, span.stride, span.lo, span.hi);
     if (chunk == 0 && threadIdx.x == 0) {
-      s = merge(s, boundary_stats<T>(p.x + instance * p.instance_size, instance_boundary(p, instance)));
+      s = merge(s, boundary_stats<T>(p.x + instance * p.instance_size, instance_boundary<T>(p.instance_size, instance)));
     }
     s = warp_merge(s);
     if (lane == 0) warp_partials[warp] = s;
@@ -506,7 +507,7 @@ normalize_chunks_kernel(Params<T> p, int64_t chunks_per_instance) {
     const int64_t work = total - 1 - i;  // reverse of pass 1: its last chunks may still be in L2
     const int64_t instance = work / chunks_per_instance;
     const int64_t chunk = work - instance * chunks_per_instance;
-    const ChunkSpan span = chunk_span<T>(p, instance, chunk);
+    const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
     const acc_t mean = p.stats[instance];
     const acc_t rstd = p.stats[p.num_instances + instance];
     const int64_t channel = instance % p.channels;
@@ -518,7 +519,294 @@ normalize_chunks_kernel(Params<T> p, int64_t chunks_per_instance) {
                                                    mean, scale, shift);
     if (chunk == 0 && threadIdx.x == 0) {
       const int64_t start = instance * p.instance_size;
-      store_boundary<T>(p.x + start, p.y + start, instance_boundary(p, instance), mean, scale, shift);
+      store_boundary<T>(p.x + start, p.y + start, instance_boundary<T>(p.instance_size, instance), mean, scale, shift);
+    }
+  }
+}
+
+// =====================================================================================
+// Kernel 3: backward, the same regimes. With x^ = (x - mean) * rstd and per-instance sums
+// A = sum(dy), B = sum(dy * x^):  dx = w * rstd * (dy - A / M - x^ * B / M).
+// x and dy stay in registers between the sums and dx; A and B go out for dweight and dbias.
+// =====================================================================================
+template <typename T> struct BackwardParams {
+  using acc_t = typename Elem<T>::acc;
+  const T* x;
+  const T* dy;
+  T* dx;
+  const acc_t* weight;  // (C,) or nullptr
+  const acc_t* stats;   // (2, P): mean, rstd from the forward
+  acc_t* sums;          // (2, P): A, B
+  int64_t num_instances;
+  int64_t instance_size;
+  int64_t channels;
+};
+
+template <typename acc_t> struct Sums {
+  acc_t a, b;  // sum(dy), sum(dy * (x - mean))
+};
+
+// Plain sums are commutative, so an xor butterfly leaves every lane with the same bits.
+template <typename acc_t>
+__device__ __forceinline__ Sums<acc_t> warp_sum(Sums<acc_t> s) {
+#pragma unroll
+  for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+    s.a += __shfl_xor_sync(kFullMask, s.a, offset);
+    s.b += __shfl_xor_sync(kFullMask, s.b, offset);
+  }
+  return s;
+}
+
+template <typename T, int K>
+__device__ __forceinline__ Sums<typename Elem<T>::acc> thread_grad_sums(const uint4 (&xr)[K], const uint4 (&gr)[K],
+                                                                         int first, int stride, int lo, int hi,
+                                                                         typename Elem<T>::acc mean) {
+  using acc_t = typename Elem<T>::acc;
+  constexpr int kVec = Elem<T>::kVec;
+  Sums<acc_t> s{acc_t(0), acc_t(0)};
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int e = first + k * stride;
+    if (e >= lo && e + kVec <= hi) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const acc_t g = Elem<T>::get(gr[k], j);
+        s.a += g;
+        s.b += g * (Elem<T>::get(xr[k], j) - mean);
+      }
+    }
+  }
+  return s;
+}
+
+template <typename T>
+__device__ __forceinline__ Sums<typename Elem<T>::acc> boundary_grad_sums(const T* x, const T* dy, Boundary bd,
+                                                                           typename Elem<T>::acc mean) {
+  using acc_t = typename Elem<T>::acc;
+  Sums<acc_t> s{acc_t(0), acc_t(0)};
+#pragma unroll 1
+  for (int i = 0; i < bd.count(); ++i) {
+    const int64_t at = bd.at(i);
+    const acc_t g = scalar_at(dy, at);
+    s.a += g;
+    s.b += g * (scalar_at(x, at) - mean);
+  }
+  return s;
+}
+
+// dx = c1 * dy + c2 + c3 * (x - mean)
+template <typename acc_t> struct GradCoefficients {
+  acc_t c1, c2, c3;
+};
+
+template <typename acc_t>
+__device__ __forceinline__ GradCoefficients<acc_t> grad_coefficients(Sums<acc_t> s, acc_t rstd, acc_t weight,
+                                                                      int64_t size) {
+  const acc_t inv_m = acc_t(1) / static_cast<acc_t>(size);
+  const acc_t c1 = weight * rstd;
+  return {c1, -c1 * s.a * inv_m, -c1 * rstd * rstd * s.b * inv_m};
+}
+
+template <typename T, int K>
+__device__ __forceinline__ void store_whole_grad(const uint4 (&xr)[K], const uint4 (&gr)[K], T* base, int first,
+                                                 int stride, int lo, int hi, typename Elem<T>::acc mean,
+                                                 GradCoefficients<typename Elem<T>::acc> c) {
+  using acc_t = typename Elem<T>::acc;
+  constexpr int kVec = Elem<T>::kVec;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int e = first + k * stride;
+    if (e >= lo && e + kVec <= hi) {
+      acc_t out[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        out[j] = c.c1 * Elem<T>::get(gr[k], j) + c.c2 + c.c3 * (Elem<T>::get(xr[k], j) - mean);
+      }
+      __stcs(reinterpret_cast<uint4*>(base + e), Elem<T>::pack(out));
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void store_boundary_grad(const T* x, const T* dy, T* dx, Boundary bd,
+                                                    typename Elem<T>::acc mean,
+                                                    GradCoefficients<typename Elem<T>::acc> c) {
+#pragma unroll 1
+  for (int i = 0; i < bd.count(); ++i) {
+    const int64_t at = bd.at(i);
+    dx[at] = Elem<T>::from_acc(c.c1 * scalar_at(dy, at) + c.c2 + c.c3 * (scalar_at(x, at) - mean));
+  }
+}
+
+constexpr int kBackwardMaxBlock = 512;  // two tensors in registers
+
+template <typename T, int K>
+__global__ void __launch_bounds__(kBackwardMaxBlock)
+onchip_backward_kernel(BackwardParams<T> p, int threads_per_instance, int cluster_size) {
+  using acc_t = typename Elem<T>::acc;
+  constexpr int kVec = Elem<T>::kVec;
+  __shared__ Sums<acc_t> warp_partials[kBackwardMaxBlock / kWarpSize];
+  __shared__ Sums<acc_t> cta_partial;
+
+  const int G = threads_per_instance;
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  const int group = threadIdx.x / G;
+  const int local = threadIdx.x - group * G;
+  const int rank = cluster_size > 1 ? static_cast<int>(blockIdx.x % cluster_size) : 0;
+  const int64_t instance = int64_t(blockIdx.x / cluster_size) * (blockDim.x / G) + group;
+  const bool active = instance < p.num_instances;
+  const int M = static_cast<int>(p.instance_size);
+  const int64_t start = (active ? instance : 0) * p.instance_size;
+  const int head = static_cast<int>(start % kVec);
+  const int first = ((rank * K) * G + local) * kVec - head;
+  const int stride = G * kVec;
+  const int hi = active ? M : 0;
+  const bool owns_boundary = active && rank == 0 && local == 0;
+  const Boundary boundary = boundary_of<T>(M, head);
+  const int64_t safe = active ? instance : 0;
+  const acc_t mean = p.stats[safe];
+  const acc_t rstd = p.stats[p.num_instances + safe];
+
+  uint4 xr[K], gr[K];
+  load_whole_vectors<T, K>(xr, p.x + start, first, stride, 0, hi);
+  load_whole_vectors<T, K>(gr, p.dy + start, first, stride, 0, hi);
+  Sums<acc_t> s = thread_grad_sums<T, K>(xr, gr, first, stride, 0, hi, mean);
+  if (owns_boundary) {
+    const Sums<acc_t> e = boundary_grad_sums<T>(p.x + start, p.dy + start, boundary, mean);
+    s.a += e.a;
+    s.b += e.b;
+  }
+  s = warp_sum(s);
+  if (G > kWarpSize) {
+    if (lane == 0) warp_partials[threadIdx.x / kWarpSize] = s;
+    __syncthreads();
+    const int warps_per_group = G / kWarpSize;
+    s = lane < warps_per_group ? warp_partials[group * warps_per_group + lane] : Sums<acc_t>{acc_t(0), acc_t(0)};
+    s = warp_sum(s);
+  }
+  if (cluster_size > 1) {
+#if IN_HAS_CLUSTERS
+    cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) cta_partial = s;
+    cluster.sync();
+    s = Sums<acc_t>{acc_t(0), acc_t(0)};
+    if (lane < cluster_size) s = *cluster.map_shared_rank(&cta_partial, lane);
+    s = warp_sum(s);
+    cluster.barrier_arrive();
+#else
+    __trap();
+#endif
+  }
+  const acc_t weight = p.weight ? p.weight[safe % p.channels] : acc_t(1);
+  const GradCoefficients<acc_t> c = grad_coefficients(s, rstd, weight, p.instance_size);
+  int store_first = first, store_stride = stride;
+  asm volatile("" : "+r"(store_first), "+r"(store_stride));
+  store_whole_grad<T, K>(xr, gr, p.dx + start, store_first, store_stride, 0, hi, mean, c);
+  if (owns_boundary) {
+    store_boundary_grad<T>(p.x + start, p.dy + start, p.dx + start, boundary, mean, c);
+    p.sums[instance] = s.a;
+    p.sums[p.num_instances + instance] = s.b * rstd;
+  }
+#if IN_HAS_CLUSTERS
+  if (cluster_size > 1) cg::this_cluster().barrier_wait();
+#endif
+}
+
+constexpr int kBackwardChunkVectorsPerThread = 4;
+
+template <typename T>
+__global__ void __launch_bounds__(kChunkThreads)
+chunk_grad_sums_kernel(BackwardParams<T> p, Sums<typename Elem<T>::acc>* partials, int64_t chunks_per_instance) {
+  using acc_t = typename Elem<T>::acc;
+  __shared__ Sums<acc_t> warp_partials[kChunkThreads / kWarpSize];
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  const int warp = threadIdx.x / kWarpSize;
+  const int64_t total = p.num_instances * chunks_per_instance;
+  for (int64_t work = blockIdx.x; work < total; work += gridDim.x) {
+    const int64_t instance = work / chunks_per_instance;
+    const int64_t chunk = work - instance * chunks_per_instance;
+    const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
+    const acc_t mean = p.stats[instance];
+    Sums<acc_t> s{acc_t(0), acc_t(0)};
+    // A chunk is kChunkVectorsPerThread vectors per thread; two tensors are read in halves.
+#pragma unroll 1
+    for (int half = 0; half < kChunkVectorsPerThread / kBackwardChunkVectorsPerThread; ++half) {
+      const int first = span.first + half * kBackwardChunkVectorsPerThread * span.stride;
+      uint4 xr[kBackwardChunkVectorsPerThread], gr[kBackwardChunkVectorsPerThread];
+      load_whole_vectors<T, kBackwardChunkVectorsPerThread>(xr, p.x + span.offset, first, span.stride, span.lo, span.hi);
+      load_whole_vectors<T, kBackwardChunkVectorsPerThread>(gr, p.dy + span.offset, first, span.stride, span.lo, span.hi);
+      const Sums<acc_t> t =
+          thread_grad_sums<T, kBackwardChunkVectorsPerThread>(xr, gr, first, span.stride, span.lo, span.hi, mean);
+      s.a += t.a;
+      s.b += t.b;
+    }
+    if (chunk == 0 && threadIdx.x == 0) {
+      const int64_t start = instance * p.instance_size;
+      const Sums<acc_t> e = boundary_grad_sums<T>(p.x + start, p.dy + start, instance_boundary<T>(p.instance_size, instance), mean);
+      s.a += e.a;
+      s.b += e.b;
+    }
+    s = warp_sum(s);
+    if (lane == 0) warp_partials[warp] = s;
+    __syncthreads();
+    if (warp == 0) {
+      s = lane < kChunkThreads / kWarpSize ? warp_partials[lane] : Sums<acc_t>{acc_t(0), acc_t(0)};
+      s = warp_sum(s);
+      if (lane == 0) partials[work] = s;
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T>
+__global__ void merge_grad_sums_kernel(BackwardParams<T> p, const Sums<typename Elem<T>::acc>* partials,
+                                       int64_t chunks_per_instance) {
+  using acc_t = typename Elem<T>::acc;
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
+  for (int64_t instance = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+       instance < p.num_instances; instance += warps_total) {
+    Sums<acc_t> s{acc_t(0), acc_t(0)};
+    for (int64_t c = lane; c < chunks_per_instance; c += kWarpSize) {
+      const Sums<acc_t> t = partials[instance * chunks_per_instance + c];
+      s.a += t.a;
+      s.b += t.b;
+    }
+    s = warp_sum(s);
+    if (lane == 0) {
+      p.sums[instance] = s.a;
+      p.sums[p.num_instances + instance] = s.b * p.stats[p.num_instances + instance];
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kChunkThreads)
+grad_chunks_kernel(BackwardParams<T> p, int64_t chunks_per_instance) {
+  using acc_t = typename Elem<T>::acc;
+  const int64_t total = p.num_instances * chunks_per_instance;
+  for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
+    const int64_t work = total - 1 - i;  // reverse of pass 1, as in the forward
+    const int64_t instance = work / chunks_per_instance;
+    const int64_t chunk = work - instance * chunks_per_instance;
+    const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
+    const acc_t mean = p.stats[instance];
+    const acc_t rstd = p.stats[p.num_instances + instance];
+    const Sums<acc_t> s{p.sums[instance], p.sums[p.num_instances + instance] / rstd};
+    const acc_t weight = p.weight ? p.weight[instance % p.channels] : acc_t(1);
+    const GradCoefficients<acc_t> c = grad_coefficients(s, rstd, weight, p.instance_size);
+#pragma unroll 1
+    for (int half = 0; half < kChunkVectorsPerThread / kBackwardChunkVectorsPerThread; ++half) {
+      const int first = span.first + half * kBackwardChunkVectorsPerThread * span.stride;
+      uint4 xr[kBackwardChunkVectorsPerThread], gr[kBackwardChunkVectorsPerThread];
+      load_whole_vectors<T, kBackwardChunkVectorsPerThread>(xr, p.x + span.offset, first, span.stride, span.lo, span.hi);
+      load_whole_vectors<T, kBackwardChunkVectorsPerThread>(gr, p.dy + span.offset, first, span.stride, span.lo, span.hi);
+      store_whole_grad<T, kBackwardChunkVectorsPerThread>(xr, gr, p.dx + span.offset, first, span.stride, span.lo,
+                                                          span.hi, mean, c);
+    }
+    if (chunk == 0 && threadIdx.x == 0) {
+      const int64_t start = instance * p.instance_size;
+      store_boundary_grad<T>(p.x + start, p.dy + start, p.dx + start, instance_boundary<T>(p.instance_size, instance), mean, c);
     }
   }
 }
@@ -562,6 +850,8 @@ int max_threads_for(int K) { return K >= 8 ? onchip_max_threads<8>() : onchip_ma
 
 int block_threads(const Plan& plan) { return plan.threads_per_instance < 128 ? 256 : plan.threads_per_instance; }
 
+void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, void* params, cudaStream_t stream);
+
 // Vector slots an instance can straddle: it starts on a vector boundary when H*W is a multiple
 // of the vector width (the base pointer is always 16-byte aligned here), otherwise anywhere.
 int64_t vector_slots(int64_t instance_size, int vec) {
@@ -591,17 +881,16 @@ void* onchip_kernel_for(int K) {
   }
 }
 
-// Whether a cluster plan can be resident on this device (the cluster occupancy API), cached.
-template <typename T>
-bool cluster_plan_fits(const Plan& plan) {
+// Whether `kernel` with this cluster plan can be resident on this device (the cluster occupancy
+// API); cached per device, kernel and plan.
+bool cluster_plan_fits(const void* kernel, const Plan& plan) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int, int>, bool> cache;
+  static std::map<std::tuple<int, const void*, int, int>, bool> cache;
   const int device = c10::cuda::current_device();
-  const auto key = std::make_tuple(device, plan.vectors_per_thread, plan.threads_per_instance, plan.cluster_size);
+  const auto key = std::make_tuple(device, kernel, plan.threads_per_instance, plan.cluster_size);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  void* kernel = onchip_kernel_for<T>(plan.vectors_per_thread);
   bool fits = false;
   if (device_info().major >= 9 && plan.cluster_size <= 16) {
     if (plan.cluster_size > 8) {
@@ -623,6 +912,11 @@ bool cluster_plan_fits(const Plan& plan) {
   }
   cache.emplace(key, fits);
   return fits;
+}
+
+template <typename T>
+bool cluster_plan_fits(const Plan& plan) {
+  return cluster_plan_fits(onchip_kernel_for<T>(plan.vectors_per_thread), plan);
 }
 
 // The heuristic. Few threads per instance keep synchronization cheap; small batches spread each
@@ -662,24 +956,24 @@ Plan choose_plan(int64_t num_instances, int64_t instance_size) {
   return {0, 0, 0};
 }
 
+// Validates a plan forced through forward_with_plan / backward_with_plan.
 template <typename T>
-void check_plan(const Plan& plan, int64_t instance_size) {
+void check_plan(const Plan& plan, int64_t instance_size, int max_threads, const void* kernel) {
   if (plan.cluster_size == 0) return;
   const int G = plan.threads_per_instance;
+  TORCH_CHECK(Elem<T>::kVec >= 4, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
   TORCH_CHECK(plan.vectors_per_thread == 2 || plan.vectors_per_thread == 4 || plan.vectors_per_thread == 8,
               "instance_norm: vectors_per_thread must be 2, 4 or 8");
-  TORCH_CHECK(G >= kWarpSize && G <= max_threads_for(plan.vectors_per_thread) && (G & (G - 1)) == 0,
-              "instance_norm: threads_per_instance must be a power of two in [32, ",
-              max_threads_for(plan.vectors_per_thread), "] for vectors_per_thread=", plan.vectors_per_thread);
+  TORCH_CHECK(G >= kWarpSize && G <= max_threads && (G & (G - 1)) == 0,
+              "instance_norm: threads_per_instance must be a power of two in [32, ", max_threads, "] for this plan");
   TORCH_CHECK(plan.cluster_size == 1 || plan.cluster_size == 2 || plan.cluster_size == 4 ||
                   plan.cluster_size == 8 || plan.cluster_size == 16,
               "instance_norm: cluster_size must be 0, 1, 2, 4, 8 or 16");
-  TORCH_CHECK(Elem<T>::kVec >= 4, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
   TORCH_CHECK(plan_holds(plan, vector_slots(instance_size, Elem<T>::kVec)),
               "instance_norm: plan ", describe(plan), " cannot hold an instance of ", instance_size, " elements");
   if (plan.cluster_size > 1) {
     TORCH_CHECK(G >= 128, "instance_norm: a cluster plan needs threads_per_instance >= 128");
-    TORCH_CHECK(cluster_plan_fits<T>(plan), "instance_norm: plan ", describe(plan),
+    TORCH_CHECK(cluster_plan_fits(kernel, plan), "instance_norm: plan ", describe(plan),
                 " cannot run on this device (thread block clusters need sm_90 and enough resources)");
   }
 }
@@ -706,15 +1000,19 @@ void launch(const Plan& plan, const Params<T>& params, cudaStream_t stream) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
+  launch_onchip(onchip_kernel_for<T>(plan.vectors_per_thread), plan, P, const_cast<Params<T>*>(&params), stream);
+}
+
+// One CTA per group of instances (G < 128), per instance, or one cluster per instance.
+void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, void* params, cudaStream_t stream) {
   const int block = block_threads(plan);
   const int groups_per_block = block / plan.threads_per_instance;
-  const int64_t units = (P + groups_per_block - 1) / groups_per_block;
+  const int64_t units = (num_instances + groups_per_block - 1) / groups_per_block;
   TORCH_CHECK(units * plan.cluster_size <= int64_t(std::numeric_limits<int>::max()),
-              "instance_norm: too many instances (", P, ") for one launch");
-  void* kernel = onchip_kernel_for<T>(plan.vectors_per_thread);
+              "instance_norm: too many instances (", num_instances, ") for one launch");
   int threads_per_instance = plan.threads_per_instance;
   int cluster_size = plan.cluster_size;
-  void* args[] = {const_cast<Params<T>*>(&params), &threads_per_instance, &cluster_size};
+  void* args[] = {params, &threads_per_instance, &cluster_size};
   if (plan.cluster_size == 1) {
     C10_CUDA_CHECK(cudaLaunchKernel(kernel, dim3(units), dim3(block), args, 0, stream));
     return;
@@ -767,7 +1065,10 @@ void run_forward(const at::Tensor& x, const at::Tensor& y, const at::Tensor& wei
   params.channels = x.size(1);
   params.eps = static_cast<acc_t>(eps);
   Plan plan = forced ? *forced : choose_plan<T>(params.num_instances, params.instance_size);
-  if (forced) check_plan<T>(plan, params.instance_size);
+  if (forced) {
+    check_plan<T>(plan, params.instance_size, max_threads_for(plan.vectors_per_thread),
+                  plan.cluster_size > 0 ? onchip_kernel_for<T>(plan.vectors_per_thread) : nullptr);
+  }
   launch<T>(plan, params, c10::cuda::getCurrentCUDAStream());
 }
 
@@ -817,12 +1118,132 @@ std::tuple<at::Tensor, at::Tensor> forward_with_plan(const at::Tensor& x, const 
   return forward_impl(x, weight, bias, eps, &plan);
 }
 
-std::string describe_plan(const at::Tensor& x) {
+// ---- backward ----
+template <typename T>
+const void* onchip_backward_kernel_for(int K) {
+  if constexpr (Elem<T>::kVec < 4) {
+    TORCH_CHECK(false, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
+    return nullptr;
+  } else {
+    switch (K) {
+      case 2: return reinterpret_cast<const void*>(&onchip_backward_kernel<T, 2>);
+      case 4: return reinterpret_cast<const void*>(&onchip_backward_kernel<T, 4>);
+      case 8: return reinterpret_cast<const void*>(&onchip_backward_kernel<T, 8>);
+    }
+    TORCH_CHECK(false, "instance_norm: vectors_per_thread must be 2, 4 or 8, got ", K);
+    return nullptr;
+  }
+}
+
+// The forward's capacity with at most 512 threads per CTA, since x and dy both stay on chip.
+template <typename T>
+Plan choose_backward_plan(int64_t num_instances, int64_t instance_size) {
+  Plan plan = choose_plan<T>(num_instances, instance_size);
+  if (plan.cluster_size == 0) return plan;
+  while (plan.threads_per_instance > kBackwardMaxBlock) {
+    plan = Plan{plan.cluster_size, plan.vectors_per_thread * 2, plan.threads_per_instance / 2};
+  }
+  if (plan.vectors_per_thread > 8) return {0, 0, 0};
+  if (plan.cluster_size > 1 && !cluster_plan_fits(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan)) {
+    return {0, 0, 0};
+  }
+  return plan;
+}
+
+template <typename T>
+void run_backward(const BackwardParams<T>& params, const Plan* forced, cudaStream_t stream) {
+  using acc_t = typename Elem<T>::acc;
+  const int64_t P = params.num_instances;
+  Plan plan = forced ? *forced : choose_backward_plan<T>(P, params.instance_size);
+  if (forced) {
+    check_plan<T>(plan, params.instance_size, kBackwardMaxBlock,
+                  plan.cluster_size > 0 ? onchip_backward_kernel_for<T>(plan.vectors_per_thread) : nullptr);
+  }
+  if (plan.cluster_size > 0) {
+    launch_onchip(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan, P,
+                  const_cast<BackwardParams<T>*>(&params), stream);
+    return;
+  }
+  constexpr int64_t kChunk = int64_t(kChunkThreads) * kChunkVectorsPerThread * Elem<T>::kVec;
+  const int64_t head_max = params.instance_size % Elem<T>::kVec == 0 ? 0 : Elem<T>::kVec - 1;
+  const int64_t chunks = (params.instance_size + head_max + kChunk - 1) / kChunk;
+  at::Tensor workspace = at::empty({P * chunks * int64_t(sizeof(Sums<acc_t>))},
+                                   at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
+  auto* partials = reinterpret_cast<Sums<acc_t>*>(workspace.data_ptr());
+  const int64_t grid = grid_limit(P * chunks);
+  chunk_grad_sums_kernel<T><<<grid, kChunkThreads, 0, stream>>>(params, partials, chunks);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  merge_grad_sums_kernel<T><<<grid_limit((P + 7) / 8), 256, 0, stream>>>(params, partials, chunks);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  grad_chunks_kernel<T><<<grid, kChunkThreads, 0, stream>>>(params, chunks);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Tensor aligned_contiguous(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone(at::MemoryFormat::Contiguous);
+}
+
+std::tuple<at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad_output, const at::Tensor& input,
+                                                 const c10::optional<at::Tensor>& weight, const at::Tensor& stats_in,
+                                                 const Plan* forced) {
+  check_input(input);
+  TORCH_CHECK(grad_output.sizes() == input.sizes() && grad_output.scalar_type() == input.scalar_type() &&
+                  grad_output.device() == input.device(),
+              "instance_norm backward: grad_output must match the input's shape, dtype and device");
+  c10::cuda::CUDAGuard guard(input.device());
+  const auto acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t P = input.size(0) * input.size(1);
+  TORCH_CHECK(stats_in.dim() == 2 && stats_in.size(0) == 2 && stats_in.size(1) == P && stats_in.scalar_type() == acc &&
+                  stats_in.device() == input.device(),
+              "instance_norm backward: stats must be the forward's (2, N*C) statistics");
+  at::Tensor x = aligned_contiguous(input);
+  at::Tensor dy = aligned_contiguous(grad_output);
+  at::Tensor stats = stats_in.contiguous();
+  at::Tensor w = affine_param(weight, x, acc, "weight");
+  at::Tensor dx = at::empty(x.sizes(), x.options());
+  at::Tensor sums = at::zeros({2, P}, x.options().dtype(acc));
+  if (x.numel() == 0) return {dx, sums};
+  dispatch_type(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    using acc_t = typename Elem<T>::acc;
+    BackwardParams<T> params;
+    params.x = reinterpret_cast<const T*>(x.data_ptr());
+    params.dy = reinterpret_cast<const T*>(dy.data_ptr());
+    params.dx = reinterpret_cast<T*>(dx.data_ptr());
+    params.weight = w.defined() ? w.data_ptr<acc_t>() : nullptr;
+    params.stats = stats.data_ptr<acc_t>();
+    params.sums = sums.data_ptr<acc_t>();
+    params.num_instances = P;
+    params.instance_size = x.size(2) * x.size(3);
+    params.channels = x.size(1);
+    run_backward<T>(params, forced, c10::cuda::getCurrentCUDAStream());
+  });
+  return {dx, sums};
+}
+
+std::tuple<at::Tensor, at::Tensor> backward(const at::Tensor& grad_output, const at::Tensor& x,
+                                            const c10::optional<at::Tensor>& weight, const at::Tensor& stats) {
+  return backward_impl(grad_output, x, weight, stats, nullptr);
+}
+
+std::tuple<at::Tensor, at::Tensor> backward_with_plan(const at::Tensor& grad_output, const at::Tensor& x,
+                                                      const c10::optional<at::Tensor>& weight, const at::Tensor& stats,
+                                                      int64_t vectors_per_thread, int64_t threads_per_instance,
+                                                      int64_t cluster_size) {
+  TORCH_CHECK(cluster_size >= 0 && cluster_size <= 16, "instance_norm: cluster_size must be in [0, 16]");
+  Plan plan{static_cast<int>(cluster_size), static_cast<int>(vectors_per_thread),
+            static_cast<int>(threads_per_instance)};
+  return backward_impl(grad_output, x, weight, stats, &plan);
+}
+
+std::string describe_plan(const at::Tensor& x, bool backward) {
   check_input(x);
   c10::cuda::CUDAGuard guard(x.device());
   std::string result;
   dispatch_type(x.scalar_type(), [&](auto tag) {
     result = describe(choose_plan<decltype(tag)>(x.size(0) * x.size(1), x.size(2) * x.size(3)));
+    if (backward) result = describe(choose_backward_plan<decltype(tag)>(x.size(0) * x.size(1), x.size(2) * x.size(3)));
   });
   return result;
 }
@@ -831,15 +1252,23 @@ std::string describe_plan(const at::Tensor& x) {
 
 TORCH_LIBRARY(INSTANCE_NORM_NS, m) {
   m.def("forward(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)");
+  // The same kernel without an autograd formula: the eager no-grad path skips Python autograd glue.
+  m.def("infer(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)");
   m.def("forward_with_plan(Tensor x, Tensor? weight, Tensor? bias, float eps, int vectors_per_thread, "
         "int threads_per_instance, int cluster_size) -> (Tensor, Tensor)");
-  m.def("describe_plan(Tensor x) -> str");
+  m.def("describe_plan(Tensor x, bool backward=False) -> str");
+  m.def("backward(Tensor grad_output, Tensor x, Tensor? weight, Tensor stats) -> (Tensor, Tensor)");
+  m.def("backward_with_plan(Tensor grad_output, Tensor x, Tensor? weight, Tensor stats, int vectors_per_thread, "
+        "int threads_per_instance, int cluster_size) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, CUDA, m) {
   m.impl("forward", &forward);
+  m.impl("infer", &forward);
   m.impl("forward_with_plan", &forward_with_plan);
   m.impl("describe_plan", &describe_plan);
+  m.impl("backward", &backward);
+  m.impl("backward_with_plan", &backward_with_plan);
 }
 """
 
@@ -875,28 +1304,62 @@ def load_extension():
             **options,
         )
         ops = getattr(torch.ops, _NAMESPACE)
-        _register_fake_kernels(ops)
+        _register_python_kernels()
         _ops = ops
     return _ops
 
 
-def _register_fake_kernels(ops):
-    """Shapes for torch.compile's fake tensors; idempotent (the file may be imported and exec'd)."""
-    qualname = f"{_NAMESPACE}::forward"
+def _register_python_kernels():
+    """Fake (meta) kernels for torch.compile and autograd formulas for the custom ops.
+
+    Idempotent: the same extension may be loaded by an import and by a harness exec of this file.
+    """
+    forward_op = f"{_NAMESPACE}::forward"
     try:
         from torch._library.simple_registry import singleton
 
-        if singleton.find(qualname).fake_impl.kernel is not None:
+        if singleton.find(forward_op).fake_impl.kernel is not None:
             return
     except Exception:
         pass
 
-    def fake_forward(x, weight, bias, eps):
-        stats_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        y = x.new_empty(x.shape, memory_format=torch.contiguous_format)
-        return y, x.new_empty((2, x.shape[0] * x.shape[1]), dtype=stats_dtype)
+    def stats_like(x):
+        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        return x.new_empty((2, x.shape[0] * x.shape[1]), dtype=dtype)
 
-    torch.library.register_fake(qualname)(fake_forward)
+    def fake_forward(x, weight, bias, eps):
+        return x.new_empty(x.shape, memory_format=torch.contiguous_format), stats_like(x)
+
+    def fake_backward(grad_output, x, weight, stats):
+        return x.new_empty(x.shape, memory_format=torch.contiguous_format), stats_like(x)
+
+    for name in ("forward", "infer"):
+        torch.library.register_fake(f"{_NAMESPACE}::{name}")(fake_forward)
+    torch.library.register_fake(f"{_NAMESPACE}::backward")(fake_backward)
+
+    def setup_forward(ctx, inputs, output):
+        x, weight, bias, _ = inputs
+        ctx.save_for_backward(x, weight, output[1])
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        ctx.mark_non_differentiable(output[1])
+
+    def backward_of_forward(ctx, grad_y, grad_stats):
+        x, weight, stats = ctx.saved_tensors
+        grad_x, sums = getattr(torch.ops, _NAMESPACE).backward(grad_y, x, weight, stats)
+        n, c = x.shape[0], x.shape[1]
+        # sums[0] = sum(dy), sums[1] = sum(dy * x_hat) per instance; summing over N in a fixed order
+        # keeps dweight and dbias deterministic.
+        grad_weight = sums[1].view(n, c).sum(0).to(weight.dtype) if ctx.needs_input_grad[1] else None
+        grad_bias = sums[0].view(n, c).sum(0).to(ctx.bias_dtype) if ctx.needs_input_grad[2] else None
+        return (grad_x if ctx.needs_input_grad[0] else None), grad_weight, grad_bias, None
+
+    def no_double_backward(ctx, *grads):
+        raise RuntimeError("InstanceNorm2d (instance_norm.ModelNew): double backward is not supported")
+
+    torch.library.register_autograd(forward_op, backward_of_forward, setup_context=setup_forward)
+    torch.library.register_autograd(
+        f"{_NAMESPACE}::backward", no_double_backward, setup_context=lambda ctx, inputs, output: None
+    )
 
 
 def cuda_kernels_available():
@@ -946,14 +1409,8 @@ class ModelNew(nn.InstanceNorm2d):
                 "expected float16, bfloat16, float32 or float64"
             )
         use_input_stats = self.training or not self.track_running_stats
-        needs_grad = torch.is_grad_enabled() and (
-            x.requires_grad
-            or (self.weight is not None and self.weight.requires_grad)
-            or (self.bias is not None and self.bias.requires_grad)
-        )
         if (
             not use_input_stats
-            or needs_grad
             or not x.is_cuda
             or x.dtype not in _KERNEL_DTYPES
             or _ops is None
@@ -971,7 +1428,13 @@ class ModelNew(nn.InstanceNorm2d):
             )
         if x.size(2) * x.size(3) == 1:
             raise ValueError(f"Expected more than 1 spatial element when training, got input size {x.size()}")
-        y, stats = _ops.forward(x, self.weight, self.bias, self.eps)
+        needs_autograd = torch.is_grad_enabled() and (
+            x.requires_grad
+            or (self.weight is not None and self.weight.requires_grad)
+            or (self.bias is not None and self.bias.requires_grad)
+        )
+        op = _ops.forward if needs_autograd or torch.compiler.is_compiling() else _ops.infer
+        y, stats = op(x, self.weight, self.bias, self.eps)
         if self.running_mean is not None and self.training:
             self._update_running_stats(x, stats)
         return y

@@ -87,18 +87,36 @@ def rel_err(out, ref):
     return num / den if den > 0 else num
 
 
-def assert_close_to(out, ref, dtype, what="", factor=1.0):
-    """out is within TOL[dtype] (times factor) of ref, in relative L2 and in max-abs."""
+def assert_close_to(out, ref, dtype, what=""):
+    """out is within TOL[dtype] of the float64 ref, in relative L2 and in max-abs."""
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     if ref.numel() == 0:
         return
     rel_tol, abs_tol = TOL[dtype]
-    rel_tol, abs_tol = rel_tol * factor, abs_tol * factor
     err = rel_err(out, ref)
-    max_abs = (out.double() - ref.double()).abs().max().item()
+    max_abs = max_abs_err(out, ref)
     bound = abs_tol * max(1.0, ref.double().abs().max().item())
     assert err <= rel_tol, f"{what}: relative error {err:.3g} > {rel_tol:.3g} (max abs {max_abs:.3g})"
     assert max_abs <= bound, f"{what}: max abs error {max_abs:.3g} > {bound:.3g} (relative {err:.3g})"
+
+
+def max_abs_err(out, ref):
+    return (out.double() - ref.double()).abs().max().item() if ref.numel() else 0.0
+
+
+def assert_matches_eager(out, expected, ref, dtype, what=""):
+    """out agrees with eager's `expected` within twice our tolerance plus eager's own
+    error against the float64 `ref` (eager is not always as accurate as TOL asks; the
+    tight check of `out` is the one against `ref`)."""
+    assert out.shape == expected.shape and out.dtype == expected.dtype, f"{what}: differs from eager"
+    if ref.numel() == 0:
+        return
+    rel_tol, abs_tol = TOL[dtype]
+    rel_bound = 2 * rel_tol + rel_err(expected, ref)
+    abs_bound = 2 * abs_tol * max(1.0, ref.double().abs().max().item()) + max_abs_err(expected, ref)
+    err, max_abs = rel_err(out, expected), max_abs_err(out, expected)
+    assert err <= rel_bound, f"{what} vs eager: relative difference {err:.3g} > {rel_bound:.3g}"
+    assert max_abs <= abs_bound, f"{what} vs eager: max abs difference {max_abs:.3g} > {abs_bound:.3g}"
 
 
 def assert_stats_close(stats, x, eps, what=""):
@@ -221,7 +239,7 @@ def check_output_basics(out, x, what):
         assert out.data_ptr() != x.data_ptr(), f"{what}: output aliases the input"
 
 
-def check_module_case(inorm, v, layout, affine, eps, training, rng, what):
+def check_module_case(inorm, v, layout, affine, eps, training, what):
     """ModelNew on `v` in `layout` against the float64 reference and nn.InstanceNorm2d."""
     dtype, c = v.dtype, v.shape[1]
     ours = inorm.ModelNew(c, eps=eps, affine=affine, device="cuda", dtype=dtype)
@@ -239,10 +257,9 @@ def check_module_case(inorm, v, layout, affine, eps, training, rng, what):
         check_output_basics(out, x, what)
         assert torch.equal(x, v), f"{what}: the input was modified"
         assert torch.isfinite(out).all(), f"{what}: non-finite output for finite input"
-        weight = ours.weight if affine else None
-        bias = ours.bias if affine else None
-        assert_close_to(out, reference(v, weight, bias, eps), dtype, f"{what} vs float64")
-        assert_close_to(out, eager(x), dtype, f"{what} vs eager", factor=2)
+        ref = reference(v, ours.weight, ours.bias, eps)  # weight/bias are None without affine
+        assert_close_to(out, ref, dtype, f"{what} vs float64")
+        assert_matches_eager(out, eager(x), ref, dtype, what)
 
 
 # =========================================================================== module: random sweep and shapes
@@ -260,7 +277,7 @@ def test_random_sweep(inorm, rng, dtype):
         training = rng.random() < 0.8
         what = f"case {case}: shape={(n, c, h, w)} {dtype} {layout} affine={affine} eps={eps} train={training}"
         v = make_input((n, c, h, w), dtype, rng)
-        check_module_case(inorm, v, layout, affine, eps, training, rng, what)
+        check_module_case(inorm, v, layout, affine, eps, training, what)
 
 
 EDGE_HW = [(1, 2), (2, 1), (3, 1), (1, 5), (7, 1), (7, 7), (127, 129), (1, 31), (3, 11),
@@ -274,7 +291,7 @@ def test_edge_spatial_sizes(inorm, rng, dtype, hw):
     layout = rng.choice(LAYOUTS)
     affine = rng.random() < 0.5
     v = make_input((n, c) + hw, dtype, rng)
-    check_module_case(inorm, v, layout, affine, 1e-5, True, rng, f"shape={(n, c) + hw} {layout} affine={affine}")
+    check_module_case(inorm, v, layout, affine, 1e-5, True, f"shape={(n, c) + hw} {layout} affine={affine}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -282,7 +299,7 @@ def test_edge_spatial_sizes(inorm, rng, dtype, hw):
 def test_many_tiny_instances(inorm, rng, dtype, shape):
     """N*C beyond 65535 (grid y/z limits)."""
     v = make_input(shape, dtype, rng)
-    check_module_case(inorm, v, "contiguous", rng.random() < 0.5, 1e-5, True, rng, f"shape={shape}")
+    check_module_case(inorm, v, "contiguous", rng.random() < 0.5, 1e-5, True, f"shape={shape}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -291,7 +308,7 @@ def test_many_tiny_instances(inorm, rng, dtype, shape):
                                           ((2, 3, 1000, 1100), "channels_last")], ids=str)
 def test_large_instances(inorm, rng, dtype, shape, layout):
     v = make_input(shape, dtype, rng)
-    check_module_case(inorm, v, layout, True, 1e-5, True, rng, f"shape={shape} {layout}")
+    check_module_case(inorm, v, layout, True, 1e-5, True, f"shape={shape} {layout}")
     del v
     torch.cuda.empty_cache()
 
@@ -332,8 +349,10 @@ def plan_input(dtype, hw, rng, max_instances=6):
 
 
 def check_plan_sizes(ops, rng, dtype, plan, max_instances=6):
-    """A plan on inputs filling it 50..100% (odd sizes) and exactly 100%, then on an
-    instance larger than its capacity, which must raise RuntimeError."""
+    """A plan on inputs filling it 50..100% (an odd size, and the largest size the spec
+    guarantees: capacity >= bytes + 16), then on an instance whose bytes exceed the
+    capacity, which must raise RuntimeError.  Sizes in between are not asserted: the
+    implementation may accept them when the instance happens to be vector-aligned."""
     top = max_fitting_hw(plan, dtype)
     for hw in (filling_hw(plan, dtype, rng), top):
         x, c = plan_input(dtype, hw, rng, max_instances)
@@ -363,14 +382,32 @@ def test_plan_onchip(ops, rng, dtype, threads):
         check_plan_sizes(ops, rng, dtype, (k, threads, 1), max_instances=13 if threads < 128 else 6)
 
 
+def refused_by_device(ops, plan, dtype):
+    """The spec lets a cluster plan raise RuntimeError when the device cannot run it
+    (e.g. 16 CTAs of 1024 threads).  Such a refusal cannot depend on the instance size,
+    so probe the plan with a tiny instance."""
+    x = torch.randn(1, 1, 1, 8, dtype=dtype, device="cuda")
+    try:
+        run_ops(ops, x, None, None, 1e-5, plan)
+    except RuntimeError:
+        return True
+    return False
+
+
 @pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
 @pytest.mark.parametrize("cluster", [2, 4, 8, 16])
 def test_plan_cluster(ops, rng, dtype, cluster):
     if not has_clusters():
         pytest.skip("thread block clusters need sm_90+")
+    refused = []
     for threads in (128, 256, 512, 1024):
         for k in (2, 4, 8):
-            check_plan_sizes(ops, rng, dtype, (k, threads, cluster), max_instances=4)
+            plan = (k, threads, cluster)
+            if refused_by_device(ops, plan, dtype):
+                refused.append(plan)
+                continue
+            check_plan_sizes(ops, rng, dtype, plan, max_instances=4)
+    assert (2, 128, cluster) not in refused, f"even the smallest plan was refused; refused: {refused}"
 
 
 def test_plan_float64_only_multi_cta(ops, rng):
@@ -584,7 +621,9 @@ def test_running_stats_like_eager(inorm, rng, momentum, affine):
         for step in range(3):
             shape = (rng.randint(1, 6), c, rng.randint(2, 80), rng.randint(2, 80))
             x = make_input(shape, torch.float32, rng, log_scale=(-0.5, 0.5))
-            assert_close_to(ours(x), eager(x), torch.float32, f"step {step} shape={shape}", factor=2)
+            out, ref = ours(x), reference(x, ours.weight, ours.bias)
+            assert_close_to(out, ref, torch.float32, f"step {step} shape={shape}")
+            assert_matches_eager(out, eager(x), ref, torch.float32, f"step {step} shape={shape}")
         for name in ("running_mean", "running_var"):
             torch.testing.assert_close(getattr(ours, name), getattr(eager, name), rtol=1e-5, atol=1e-5, msg=name)
         assert torch.equal(ours.num_batches_tracked, eager.num_batches_tracked)
@@ -621,7 +660,8 @@ def test_state_dict_both_ways_cuda(inorm, rng, affine, track):
         for training in (True, False):
             ours.train(training)
             eager.train(training)
-            assert_close_to(ours(x), eager(x), torch.float32, f"training={training}", factor=2)
+            assert_matches_eager(ours(x), eager(x), reference(x, ours.weight, ours.bias), torch.float32,
+                                 f"training={training}")
 
 
 def test_autograd_falls_back_like_eager(inorm, rng):
@@ -656,8 +696,9 @@ def test_low_precision_module(inorm, rng, dtype, track):
                        log_scale=(-0.5, 0.5))
         out = ours(x)
         assert out.dtype == dtype
-        assert_close_to(out, reference(x, ours.weight, ours.bias), dtype, "vs float64")
-        assert_close_to(out, eager(x), dtype, "vs eager", factor=2)
+        ref = reference(x, ours.weight, ours.bias)
+        assert_close_to(out, ref, dtype, "vs float64")
+        assert_matches_eager(out, eager(x), ref, dtype, "half module")
         if track:
             for name in ("running_mean", "running_var"):
                 torch.testing.assert_close(getattr(ours, name), getattr(eager, name), rtol=4e-3 if dtype == torch.float16 else 2e-2, atol=1e-3, msg=name)
@@ -681,8 +722,9 @@ def test_float32_module_low_precision_input(inorm, rng, dtype, track):
             pytest.skip(f"eager does not support this mix: {exc!r}")
         out = ours(x)
         assert out.dtype == expected.dtype
-        assert_close_to(out, reference(x, ours.weight, ours.bias), dtype, "vs float64")
-        assert_close_to(out, expected, dtype, "vs eager", factor=2)
+        ref = reference(x, ours.weight, ours.bias)
+        assert_close_to(out, ref, dtype, "vs float64")
+        assert_matches_eager(out, expected, ref, dtype, "mixed precision")
         if track:
             for name in ("running_mean", "running_var"):
                 torch.testing.assert_close(getattr(ours, name), getattr(eager, name), rtol=1e-5, atol=1e-5, msg=name)
@@ -733,9 +775,10 @@ def test_cuda_graph_capture(inorm, rng, shape):
         graph.replay()
         torch.cuda.synchronize()
         with torch.no_grad():
-            assert_close_to(y, reference(x, model.weight, model.bias), torch.float32, f"replay {replay}")
-            assert_close_to(y, F.instance_norm(x, weight=model.weight, bias=model.bias), torch.float32,
-                            f"replay {replay} vs eager", factor=2)
+            ref = reference(x, model.weight, model.bias)
+            assert_close_to(y, ref, torch.float32, f"replay {replay}")
+            assert_matches_eager(y, F.instance_norm(x, weight=model.weight, bias=model.bias), ref,
+                                 torch.float32, f"replay {replay}")
 
 
 def test_other_device(inorm, ops, rng):

@@ -1,0 +1,266 @@
+"""Training through ModelNew: gradients, custom-op registration, torch.compile and CUDA graphs (GPU)."""
+
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+GRAD_TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 1e-1, torch.float64: 1e-10}
+
+
+@pytest.fixture(scope="module")
+def im():
+    import instance_norm
+
+    return instance_norm
+
+
+def fresh_generator():
+    seed = int.from_bytes(os.urandom(4), "little")
+    return torch.Generator(device="cuda").manual_seed(seed), seed
+
+
+def grads_of(module, x, dy):
+    x = x.detach().clone().requires_grad_(True)
+    y = module(x)
+    params = [p for p in (module.weight, module.bias) if p is not None]
+    grads = torch.autograd.grad(y, [x] + params, dy)
+    return y.detach(), grads
+
+
+def reference_grads(x, dy, weight, bias, eps):
+    """float64 autograd through F.instance_norm: the ground truth for every dtype."""
+    xd = x.detach().double().requires_grad_(True)
+    params = []
+    wd = bd = None
+    if weight is not None:
+        wd = weight.detach().double().requires_grad_(True)
+        bd = bias.detach().double().requires_grad_(True)
+        params = [wd, bd]
+    y = F.instance_norm(xd, weight=wd, bias=bd, eps=eps)
+    return torch.autograd.grad(y, [xd] + params, dy.double())
+
+
+SHAPES = [(2, 3, 7, 9), (4, 16, 32, 32), (3, 5, 127, 129), (2, 4, 256, 256), (8, 64, 56, 56), (1, 2, 1030, 1031)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("affine", [False, True])
+def test_gradients_match(im, shape, dtype, affine):
+    gen, seed = fresh_generator()
+    c = shape[1]
+    ours = im.ModelNew(c, affine=affine).cuda()
+    eager = nn.InstanceNorm2d(c, affine=affine).cuda()
+    if affine:
+        with torch.no_grad():
+            w = torch.randn(c, device="cuda", generator=gen)
+            b = torch.randn(c, device="cuda", generator=gen)
+            for m in (ours, eager):
+                m.weight.copy_(w)
+                m.bias.copy_(b)
+    x = (torch.randn(shape, device="cuda", generator=gen) * 3 + 2).to(dtype)
+    dy = torch.randn(shape, device="cuda", generator=gen).to(dtype)
+    _, ours_g = grads_of(ours, x, dy)
+    ref_g = reference_grads(x, dy, ours.weight, ours.bias, ours.eps)
+    for got, want in zip(ours_g, ref_g):
+        err = (got.double() - want).abs().max().item()
+        scale = max(1.0, want.abs().max().item())
+        assert err <= GRAD_TOL[dtype] * scale, f"seed={seed} max abs err {err}"
+    if dtype == torch.float32:  # and against PyTorch's own float32 gradients
+        _, eager_g = grads_of(eager, x, dy)
+        for got, want in zip(ours_g, eager_g):
+            assert (got - want).abs().max().item() <= 1e-4 * max(1.0, want.abs().max().item()), f"seed={seed}"
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "transposed"])
+def test_gradients_any_layout(im, layout):
+    gen, seed = fresh_generator()
+    x = torch.randn(2, 6, 33, 47, device="cuda", generator=gen)
+    dy = torch.randn(2, 6, 33, 47, device="cuda", generator=gen)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+        dy = dy.to(memory_format=torch.channels_last)
+    else:
+        x = x.transpose(2, 3).contiguous().transpose(2, 3)
+    _, ours_g = grads_of(im.ModelNew(6).cuda(), x, dy)
+    ref_g = reference_grads(x, dy, None, None, 1e-5)
+    assert (ours_g[0].double() - ref_g[0]).abs().max().item() < 1e-4, f"seed={seed}"
+
+
+def test_gradients_track_running_stats_train_and_eval(im):
+    gen, seed = fresh_generator()
+    ours = im.ModelNew(5, affine=True, track_running_stats=True).cuda()
+    eager = nn.InstanceNorm2d(5, affine=True, track_running_stats=True).cuda()
+    eager.load_state_dict(ours.state_dict())
+    for mode in ("train", "eval"):
+        ours.train(mode == "train")
+        eager.train(mode == "train")
+        x = torch.randn(3, 5, 20, 24, device="cuda", generator=gen)
+        dy = torch.randn(3, 5, 20, 24, device="cuda", generator=gen)
+        _, ours_g = grads_of(ours, x, dy)
+        _, eager_g = grads_of(eager, x, dy)
+        for got, want in zip(ours_g, eager_g):
+            assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), f"{mode} seed={seed}"
+        assert torch.allclose(ours.running_mean, eager.running_mean, atol=1e-6)
+        assert torch.allclose(ours.running_var, eager.running_var, atol=1e-5)
+
+
+def plans_for(shape, dtype):
+    vec = 16 // torch.tensor([], dtype=dtype).element_size()
+    m = shape[2] * shape[3]
+    slots = m // vec if m % vec == 0 else (m + vec - 2) // vec + 1
+    plans = [(0, 0, 0)]
+    major = torch.cuda.get_device_capability()[0]
+    for k in (2, 4, 8):
+        for g in (32, 64, 128, 256, 512):
+            for cs in (1, 2, 4, 8, 16):
+                if cs > 1 and (g < 128 or major < 9):
+                    continue
+                if slots <= k * g * cs < 2 * slots + 64:
+                    plans.append((k, g, cs))
+    return plans
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 37, 41), (1, 2, 128, 127), (2, 2, 256, 256)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_backward_every_plan(im, shape, dtype):
+    ops = im.load_extension()
+    gen, seed = fresh_generator()
+    c = shape[1]
+    x = (torch.randn(shape, device="cuda", generator=gen) + 5).to(dtype)
+    dy = torch.randn(shape, device="cuda", generator=gen).to(dtype)
+    w = torch.randn(c, device="cuda", generator=gen)
+    _, stats = ops.forward(x, w, None, 1e-5)
+    ref = reference_grads(x, dy, w, torch.zeros_like(w), 1e-5)
+    for k, g, cs in plans_for(shape, dtype):
+        poisoned = torch.full_like(x, float("nan"))  # recycled by the allocator for dx if anything stays unwritten
+        del poisoned
+        dx, sums = ops.backward_with_plan(dy, x, w, stats, k, g, cs)
+        assert not torch.isnan(dx).any(), f"plan {(k, g, cs)} left elements unwritten, seed={seed}"
+        err = (dx.double() - ref[0]).abs().max().item() / max(1.0, ref[0].abs().max().item())
+        assert err < GRAD_TOL[dtype], f"plan {(k, g, cs)} err {err} seed={seed}"
+        dw = sums[1].view(shape[0], c).sum(0)
+        assert torch.allclose(dw.double(), ref[1], atol=GRAD_TOL[dtype] * 10 * max(1, ref[1].abs().max().item()))
+
+
+def test_backward_is_deterministic(im):
+    gen, _ = fresh_generator()
+    m = im.ModelNew(64, affine=True).cuda()
+    x = torch.randn(4, 64, 256, 256, device="cuda", generator=gen)
+    dy = torch.randn_like(x)
+    _, g1 = grads_of(m, x, dy)
+    _, g2 = grads_of(m, x, dy)
+    for a, b in zip(g1, g2):
+        assert torch.equal(a, b)
+
+
+def test_gradcheck_float64(im):
+    gen, _ = fresh_generator()
+    m = im.ModelNew(3, affine=True).cuda().double()
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(3, device="cuda", generator=gen, dtype=torch.float64))
+        m.bias.copy_(torch.randn(3, device="cuda", generator=gen, dtype=torch.float64))
+    x = torch.randn(2, 3, 5, 6, device="cuda", dtype=torch.float64, generator=gen, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: m(t), (x,))
+
+
+def test_double_backward_raises_clearly(im):
+    m = im.ModelNew(3).cuda()
+    x = torch.randn(2, 3, 8, 8, device="cuda", requires_grad=True)
+    (gx,) = torch.autograd.grad(m(x).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        gx.sum().backward()
+
+
+def test_opcheck(im):
+    ops = im.load_extension()
+    x = torch.randn(2, 3, 9, 10, device="cuda", requires_grad=True)
+    w = torch.randn(3, device="cuda", requires_grad=True)
+    b = torch.randn(3, device="cuda", requires_grad=True)
+    torch.library.opcheck(ops.forward.default, (x, w, b, 1e-5))
+    torch.library.opcheck(ops.forward.default, (x, None, None, 1e-5))
+    _, stats = ops.forward(x.detach(), w.detach(), b.detach(), 1e-5)
+    torch.library.opcheck(ops.backward.default, (torch.randn_like(x), x.detach(), w.detach(), stats))
+
+
+class SmallNet(nn.Module):
+    def __init__(self, norm):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm1 = norm(8, affine=True)
+        self.conv2 = nn.Conv2d(8, 3, 3, padding=1)
+        self.norm2 = norm(3, affine=True, track_running_stats=True)
+
+    def forward(self, x):
+        return self.norm2(self.conv2(torch.relu(self.norm1(self.conv1(x)))))
+
+
+def test_compile_fullgraph_matches_eager(im):
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
+    net = SmallNet(im.ModelNew).cuda()
+    ref = SmallNet(nn.InstanceNorm2d).cuda()
+    ref.load_state_dict(net.state_dict())
+    compiled = torch.compile(net, fullgraph=True)
+    x = torch.randn(4, 3, 32, 32, device="cuda", requires_grad=True)
+    y = compiled(x)
+    y_ref = ref(x)
+    assert torch.allclose(y, y_ref, atol=1e-4, rtol=1e-4)
+    (gx,) = torch.autograd.grad(y.square().sum(), x)
+    (gx_ref,) = torch.autograd.grad(y_ref.square().sum(), x)
+    assert torch.allclose(gx, gx_ref, atol=1e-3, rtol=1e-3)
+
+
+def test_training_loop_losses_match(im):
+    seed = int.from_bytes(os.urandom(4), "little")
+    torch.manual_seed(seed)
+    net = SmallNet(im.ModelNew).cuda()
+    ref = SmallNet(nn.InstanceNorm2d).cuda()
+    ref.load_state_dict(net.state_dict())
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05)
+    data = [(torch.randn(8, 3, 24, 24, device="cuda"), torch.randn(8, 3, 24, 24, device="cuda")) for _ in range(10)]
+    for x, target in data:
+        losses = []
+        for model, optimizer in ((net, opt), (ref, opt_ref)):
+            optimizer.zero_grad()
+            loss = F.mse_loss(model(x), target)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        assert abs(losses[0] - losses[1]) <= 1e-4 * max(1.0, abs(losses[1])), f"seed={seed} {losses}"
+
+
+def test_training_step_cuda_graph(im):
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
+    net = SmallNet(im.ModelNew).cuda()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    static_x = torch.randn(4, 3, 16, 16, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # warm-up on a side stream, as the CUDA graphs docs ask
+            opt.zero_grad(set_to_none=True)
+            net(static_x).square().mean().backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        static_loss = net(static_x).square().mean()
+        static_loss.backward()
+    static_x.copy_(torch.randn_like(static_x))
+    graph.replay()
+    torch.cuda.synchronize()
+    grads = [p.grad.clone() for p in net.parameters()]
+    for p in net.parameters():
+        p.grad = None
+    loss = net(static_x).square().mean()
+    loss.backward()
+    assert torch.allclose(static_loss, loss, atol=1e-5)
+    for g, p in zip(grads, net.parameters()):
+        assert torch.allclose(g, p.grad, atol=1e-4, rtol=1e-4)
