@@ -55,6 +55,11 @@ _CUDA_SOURCE = r"""
 
 namespace cg = cooperative_groups;
 
+// Formatted TORCH_CHECK messages go through c10's out-of-line torchCheckFail(std::string), which
+// crashed this extension on the H100 image (torch 2.11); TORCH_CHECK_WITH throws the same
+// c10::Error (a Python RuntimeError) from inline code.
+#define IN_CHECK(cond, ...) TORCH_CHECK_WITH(Error, cond, __VA_ARGS__)
+
 namespace {
 
 constexpr int kWarpSize = 32;
@@ -261,9 +266,38 @@ __device__ __forceinline__ void load_whole_vectors(uint4 (&raw)[K], const T* bas
   }
 }
 
-// Corrected two-pass statistics of the whole vectors a thread holds.
+// A thread's K vectors in shared memory: vector k at base[k * step]. Reads go to shared memory at
+// each use, so the held data costs no registers and K * G is bounded by shared memory instead.
+struct SharedVectors {
+  const uint4* base;
+  int step;
+  __device__ __forceinline__ uint4 operator[](int k) const { return base[k * step]; }
+};
+
+// Copies a thread's whole vectors global -> shared with cp.async (16 bytes each, no registers);
+// vectors outside [lo, hi) are zero-filled. Each thread later reads only what it copied, so waiting
+// for its own copies is enough.
 template <typename T, int K>
-__device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const uint4 (&raw)[K], int first, int stride,
+__device__ __forceinline__ void copy_whole_vectors_async(uint4* held, int step, const T* base, int first,
+                                                         int stride, int lo, int hi) {
+  constexpr int kVec = Elem<T>::kVec;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int e = first + k * stride;
+    const bool whole = e >= lo && e + kVec <= hi;
+    const T* src = whole ? base + e : base;
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(held + k * step));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(whole ? 16 : 0)
+                 : "memory");
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wait_async_copies() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Corrected two-pass statistics of the whole vectors a thread holds.
+template <typename T, int K, typename Vectors>
+__device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const Vectors& raw, int first, int stride,
                                                                       int lo, int hi) {
   using acc_t = typename Elem<T>::acc;
   constexpr int kVec = Elem<T>::kVec;
@@ -299,8 +333,8 @@ __device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const uint4
 }
 
 // y = (x - mean) * scale + shift for the whole vectors a thread holds.
-template <typename T, int K>
-__device__ __forceinline__ void store_whole_vectors(const uint4 (&raw)[K], T* base, int first, int stride, int lo,
+template <typename T, int K, typename Vectors>
+__device__ __forceinline__ void store_whole_vectors(const Vectors& raw, T* base, int first, int stride, int lo,
                                                     int hi, typename Elem<T>::acc mean, typename Elem<T>::acc scale,
                                                     typename Elem<T>::acc shift) {
   using acc_t = typename Elem<T>::acc;
@@ -334,81 +368,112 @@ template <typename T> struct Params {
 // Kernel 1: onchip. G threads per instance (a warp up to a whole CTA), optionally a
 // cluster of CS CTAs per instance. Each thread keeps K 16-byte vectors in registers.
 // =====================================================================================
-// K = 8 vectors plus the reduction state need more than the 64 registers a 1024-thread CTA allows,
-// so K = 8 caps the CTA at 512 threads instead of spilling.
-template <int K> constexpr int onchip_max_threads() { return K >= 8 ? 512 : kMaxBlock; }
-
+// The instance lives in dynamic shared memory (K vectors per thread, filled by cp.async) rather
+// than in registers. The grid is persistent: each CTA (or cluster) walks over instances and copies
+// the next one into its second buffer while it reduces and writes the current one, so every SM
+// always has loads in flight. A thread only ever reads the shared memory its own copies wrote.
 template <typename T, int K>
-__global__ void __launch_bounds__(onchip_max_threads<K>())
+__global__ void __launch_bounds__(kMaxBlock)
 onchip_kernel(Params<T> p, int threads_per_instance, int cluster_size) {
   using acc_t = typename Elem<T>::acc;
   constexpr int kVec = Elem<T>::kVec;
-  __shared__ Stats<acc_t> warp_partials[kMaxBlock / kWarpSize];
-  __shared__ Stats<acc_t> cta_partial;
+  extern __shared__ uint4 held_storage[];  // two buffers of K vectors per thread
+  __shared__ Stats<acc_t> warp_partials[2][kMaxBlock / kWarpSize];
+  __shared__ Stats<acc_t> cta_partial[2];
 
-  // One CTA (or one cluster) per group of instances: no grid-stride loop, so no 64-bit loop state
-  // stays live next to the K vectors held in registers.
   const int G = threads_per_instance;
   const int lane = threadIdx.x & (kWarpSize - 1);
   const int group = threadIdx.x / G;
   const int local = threadIdx.x - group * G;
+  const int groups_per_block = blockDim.x / G;
   const int rank = cluster_size > 1 ? static_cast<int>(blockIdx.x % cluster_size) : 0;
-  const int64_t instance = int64_t(blockIdx.x / cluster_size) * (blockDim.x / G) + group;
-  const bool active = instance < p.num_instances;
+  const int64_t num_units = gridDim.x / cluster_size;
+  const int64_t total_units = (p.num_instances + groups_per_block - 1) / groups_per_block;
   const int M = static_cast<int>(p.instance_size);
-  const int64_t start = (active ? instance : 0) * p.instance_size;
-  const int head = static_cast<int>(start % kVec);  // elements before the instance in its first vector
-  // CTA rank r owns a contiguous run of K * G vectors; x + first is 16-byte aligned.
-  const int first = ((rank * K) * G + local) * kVec - head;
   const int stride = G * kVec;
+  const int buffer = K * blockDim.x;
 
-  const int hi = active ? M : 0;
-  const bool owns_boundary = active && rank == 0 && local == 0;
-  const Boundary boundary = boundary_of<T>(M, head);
+  // Where this thread's vectors of a unit's instance are; CTA rank r owns K * G contiguous vectors.
+  auto locate = [&](int64_t unit, int64_t& instance, int64_t& start, int& first, bool& active) {
+    instance = unit * groups_per_block + group;
+    active = instance < p.num_instances;
+    start = (active ? instance : 0) * p.instance_size;
+    first = ((rank * K) * G + local) * kVec - static_cast<int>(start % kVec);
+  };
 
-  uint4 raw[K];
-  load_whole_vectors<T, K>(raw, p.x + start, first, stride, 0, hi);
-  Stats<acc_t> s = thread_stats<T, K>(raw, first, stride, 0, hi);
-  if (owns_boundary) s = merge(s, boundary_stats<T>(p.x + start, boundary));
-  s = warp_merge(s);
-
-  if (G > kWarpSize) {  // merge the group's warps; every warp of the group computes the result
-    if (lane == 0) warp_partials[threadIdx.x / kWarpSize] = s;
-    __syncthreads();
-    const int warps_per_group = G / kWarpSize;
-    s = lane < warps_per_group ? warp_partials[group * warps_per_group + lane]
-                               : Stats<acc_t>{acc_t(0), acc_t(0), acc_t(0)};
-    s = warp_merge(s);
+  int64_t unit = blockIdx.x / cluster_size;
+  if (unit < total_units) {
+    int64_t instance, start;
+    int first;
+    bool active;
+    locate(unit, instance, start, first, active);
+    copy_whole_vectors_async<T, K>(held_storage + threadIdx.x, blockDim.x, p.x + start, first, stride, 0,
+                                   active ? M : 0);
   }
-  if (cluster_size > 1) {  // merge the cluster's CTAs through distributed shared memory
+  for (int iter = 0; unit < total_units; unit += num_units, ++iter) {
+    const int buf = iter & 1;
+    const int64_t next = unit + num_units;
+    if (next < total_units) {  // prefetch the next instance into the other buffer
+      int64_t instance, start;
+      int first;
+      bool active;
+      locate(next, instance, start, first, active);
+      copy_whole_vectors_async<T, K>(held_storage + (buf ^ 1) * buffer + threadIdx.x, blockDim.x, p.x + start, first,
+                                     stride, 0, active ? M : 0);
+    }
+    int64_t instance, start;
+    int first;
+    bool active;
+    locate(unit, instance, start, first, active);
+    const int hi = active ? M : 0;
+    const bool owns_boundary = active && rank == 0 && local == 0;
+    const Boundary boundary = boundary_of<T>(M, static_cast<int>(start % kVec));
+    const SharedVectors raw{held_storage + buf * buffer + threadIdx.x, static_cast<int>(blockDim.x)};
+
+    Stats<acc_t> s{acc_t(0), acc_t(0), acc_t(0)};
+    if (owns_boundary) s = boundary_stats<T>(p.x + start, boundary);
+    if (next < total_units) {
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // this buffer's copies, not the prefetch
+    } else {
+      wait_async_copies();
+    }
+    s = warp_merge(merge(thread_stats<T, K>(raw, first, stride, 0, hi), s));
+
+    if (G > kWarpSize) {  // merge the group's warps; every warp of the group computes the result
+      if (lane == 0) warp_partials[buf][threadIdx.x / kWarpSize] = s;
+      __syncthreads();
+      const int warps_per_group = G / kWarpSize;
+      s = lane < warps_per_group ? warp_partials[buf][group * warps_per_group + lane]
+                                 : Stats<acc_t>{acc_t(0), acc_t(0), acc_t(0)};
+      s = warp_merge(s);
+    }
+    if (cluster_size > 1) {  // merge the cluster's CTAs through distributed shared memory
 #if IN_HAS_CLUSTERS
-    cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) cta_partial = s;
-    cluster.sync();
-    s = Stats<acc_t>{acc_t(0), acc_t(0), acc_t(0)};
-    if (lane < cluster_size) s = *cluster.map_shared_rank(&cta_partial, lane);
-    s = warp_merge(s);
-    cluster.barrier_arrive();  // our reads are done; peers may exit once everyone has arrived
+      cg::cluster_group cluster = cg::this_cluster();
+      if (threadIdx.x == 0) cta_partial[buf] = s;
+      cluster.sync();  // also orders this iteration's reads of the other buffer slot before its reuse
+      s = Stats<acc_t>{acc_t(0), acc_t(0), acc_t(0)};
+      if (lane < cluster_size) s = *cluster.map_shared_rank(&cta_partial[buf], lane);
+      s = warp_merge(s);
 #else
-    __trap();
+      __trap();
 #endif
-  }
+    }
 
-  const acc_t mean = s.mean;
-  const acc_t rstd = rsqrt(s.m2 / static_cast<acc_t>(M) + p.eps);
-  int store_first = first, store_stride = stride;
-  asm volatile("" : "+r"(store_first), "+r"(store_stride));  // recompute addresses, don't keep K of them live
-  const int64_t channel = (active ? instance : 0) % p.channels;
-  const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
-  const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
-  store_whole_vectors<T, K>(raw, p.y + start, store_first, store_stride, 0, hi, mean, scale, shift);
-  if (owns_boundary) {
-    store_boundary<T>(p.x + start, p.y + start, boundary, mean, scale, shift);
-    p.stats[instance] = mean;
-    p.stats[p.num_instances + instance] = rstd;
+    const acc_t mean = s.mean;
+    const acc_t rstd = rsqrt(s.m2 / static_cast<acc_t>(M) + p.eps);
+    const int64_t channel = (active ? instance : 0) % p.channels;
+    const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
+    const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
+    store_whole_vectors<T, K>(raw, p.y + start, first, stride, 0, hi, mean, scale, shift);
+    if (owns_boundary) {
+      store_boundary<T>(p.x + start, p.y + start, boundary, mean, scale, shift);
+      p.stats[instance] = mean;
+      p.stats[p.num_instances + instance] = rstd;
+    }
   }
 #if IN_HAS_CLUSTERS
-  if (cluster_size > 1) cg::this_cluster().barrier_wait();  // keep cta_partial alive for the peers
+  if (cluster_size > 1) cg::this_cluster().sync();  // peers may still read our cta_partial
 #endif
 }
 
@@ -557,8 +622,8 @@ __device__ __forceinline__ Sums<acc_t> warp_sum(Sums<acc_t> s) {
   return s;
 }
 
-template <typename T, int K>
-__device__ __forceinline__ Sums<typename Elem<T>::acc> thread_grad_sums(const uint4 (&xr)[K], const uint4 (&gr)[K],
+template <typename T, int K, typename Vectors>
+__device__ __forceinline__ Sums<typename Elem<T>::acc> thread_grad_sums(const Vectors& xr, const Vectors& gr,
                                                                          int first, int stride, int lo, int hi,
                                                                          typename Elem<T>::acc mean) {
   using acc_t = typename Elem<T>::acc;
@@ -607,8 +672,8 @@ __device__ __forceinline__ GradCoefficients<acc_t> grad_coefficients(Sums<acc_t>
   return {c1, -c1 * s.a * inv_m, -c1 * rstd * rstd * s.b * inv_m};
 }
 
-template <typename T, int K>
-__device__ __forceinline__ void store_whole_grad(const uint4 (&xr)[K], const uint4 (&gr)[K], T* base, int first,
+template <typename T, int K, typename Vectors>
+__device__ __forceinline__ void store_whole_grad(const Vectors& xr, const Vectors& gr, T* base, int first,
                                                  int stride, int lo, int hi, typename Elem<T>::acc mean,
                                                  GradCoefficients<typename Elem<T>::acc> c) {
   using acc_t = typename Elem<T>::acc;
@@ -638,13 +703,14 @@ __device__ __forceinline__ void store_boundary_grad(const T* x, const T* dy, T* 
   }
 }
 
-constexpr int kBackwardMaxBlock = 512;  // two tensors in registers
+constexpr int kBackwardMaxBlock = 512;  // two held tensors' addressing needs more than 64 registers
 
 template <typename T, int K>
 __global__ void __launch_bounds__(kBackwardMaxBlock)
 onchip_backward_kernel(BackwardParams<T> p, int threads_per_instance, int cluster_size) {
   using acc_t = typename Elem<T>::acc;
   constexpr int kVec = Elem<T>::kVec;
+  extern __shared__ uint4 held_storage[];  // x's K vectors per thread, then dy's
   __shared__ Sums<acc_t> warp_partials[kBackwardMaxBlock / kWarpSize];
   __shared__ Sums<acc_t> cta_partial;
 
@@ -667,14 +733,19 @@ onchip_backward_kernel(BackwardParams<T> p, int threads_per_instance, int cluste
   const acc_t mean = p.stats[safe];
   const acc_t rstd = p.stats[p.num_instances + safe];
 
-  uint4 xr[K], gr[K];
-  load_whole_vectors<T, K>(xr, p.x + start, first, stride, 0, hi);
-  load_whole_vectors<T, K>(gr, p.dy + start, first, stride, 0, hi);
-  Sums<acc_t> s = thread_grad_sums<T, K>(xr, gr, first, stride, 0, hi, mean);
-  if (owns_boundary) {
-    const Sums<acc_t> e = boundary_grad_sums<T>(p.x + start, p.dy + start, boundary, mean);
-    s.a += e.a;
-    s.b += e.b;
+  uint4* held_x = held_storage + threadIdx.x;
+  uint4* held_dy = held_x + K * blockDim.x;
+  const SharedVectors xr{held_x, static_cast<int>(blockDim.x)};
+  const SharedVectors gr{held_dy, static_cast<int>(blockDim.x)};
+  copy_whole_vectors_async<T, K>(held_x, blockDim.x, p.x + start, first, stride, 0, hi);
+  copy_whole_vectors_async<T, K>(held_dy, blockDim.x, p.dy + start, first, stride, 0, hi);
+  Sums<acc_t> s{acc_t(0), acc_t(0)};
+  if (owns_boundary) s = boundary_grad_sums<T>(p.x + start, p.dy + start, boundary, mean);
+  wait_async_copies();
+  {
+    const Sums<acc_t> t = thread_grad_sums<T, K>(xr, gr, first, stride, 0, hi, mean);
+    s.a += t.a;
+    s.b += t.b;
   }
   s = warp_sum(s);
   if (G > kWarpSize) {
@@ -699,9 +770,7 @@ onchip_backward_kernel(BackwardParams<T> p, int threads_per_instance, int cluste
   }
   const acc_t weight = p.weight ? p.weight[safe % p.channels] : acc_t(1);
   const GradCoefficients<acc_t> c = grad_coefficients(s, rstd, weight, p.instance_size);
-  int store_first = first, store_stride = stride;
-  asm volatile("" : "+r"(store_first), "+r"(store_stride));
-  store_whole_grad<T, K>(xr, gr, p.dx + start, store_first, store_stride, 0, hi, mean, c);
+  store_whole_grad<T, K>(xr, gr, p.dx + start, first, stride, 0, hi, mean, c);
   if (owns_boundary) {
     store_boundary_grad<T>(p.x + start, p.dy + start, p.dx + start, boundary, mean, c);
     p.sums[instance] = s.a;
@@ -846,11 +915,17 @@ DeviceInfo device_info() {
   return cache.emplace(device, info).first->second;
 }
 
-int max_threads_for(int K) { return K >= 8 ? onchip_max_threads<8>() : onchip_max_threads<4>(); }
+int max_threads_for(int) { return kMaxBlock; }
 
 int block_threads(const Plan& plan) { return plan.threads_per_instance < 128 ? 256 : plan.threads_per_instance; }
 
-void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, void* params, cudaStream_t stream);
+// Dynamic shared memory of an on-chip plan: K vectors per thread for each held tensor.
+int held_bytes(const Plan& plan, int tensors) {
+  return tensors * plan.vectors_per_thread * block_threads(plan) * static_cast<int>(sizeof(uint4));
+}
+
+void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, int tensors, bool persistent,
+                   void* params, cudaStream_t stream);
 
 // Vector slots an instance can straddle: it starts on a vector boundary when H*W is a multiple
 // of the vector width (the base pointer is always 16-byte aligned here), otherwise anywhere.
@@ -868,7 +943,7 @@ void* onchip_kernel_ptr() { return reinterpret_cast<void*>(&onchip_kernel<T, K>)
 template <typename T>
 void* onchip_kernel_for(int K) {
   if constexpr (Elem<T>::kVec < 4) {
-    TORCH_CHECK(false, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
+    IN_CHECK(false, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
     return nullptr;
   } else {
     switch (K) {
@@ -876,81 +951,113 @@ void* onchip_kernel_for(int K) {
       case 4: return onchip_kernel_ptr<T, 4>();
       case 8: return onchip_kernel_ptr<T, 8>();
     }
-    TORCH_CHECK(false, "instance_norm: vectors_per_thread must be 2, 4 or 8, got ", K);
+    IN_CHECK(false, "instance_norm: vectors_per_thread must be 2, 4 or 8, got ", std::to_string(K));
     return nullptr;
   }
 }
 
-// Whether `kernel` with this cluster plan can be resident on this device (the cluster occupancy
-// API); cached per device, kernel and plan.
-bool cluster_plan_fits(const void* kernel, const Plan& plan) {
+// How many CTAs (CS == 1) or clusters of `kernel` with this plan can be resident at once, from the
+// occupancy APIs, after granting the plan's dynamic shared memory; 0 when it cannot run at all.
+// Cached per device, kernel, plan and shared memory size.
+int resident_units(const void* kernel, const Plan& plan, int tensors) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, const void*, int, int>, bool> cache;
+  static std::map<std::tuple<int, const void*, int, int, int>, int> cache;
+  static std::map<std::pair<int, const void*>, int> granted;  // the attribute only ever grows
   const int device = c10::cuda::current_device();
-  const auto key = std::make_tuple(device, kernel, plan.threads_per_instance, plan.cluster_size);
+  const int smem = held_bytes(plan, tensors);
+  const auto key = std::make_tuple(device, kernel, plan.threads_per_instance, plan.cluster_size, smem);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  bool fits = false;
-  if (device_info().major >= 9 && plan.cluster_size <= 16) {
-    if (plan.cluster_size > 8) {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  int units = 0;
+  int max_smem = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem + 4096 <= max_smem && (plan.cluster_size == 1 || (device_info().major >= 9 && plan.cluster_size <= 16))) {
+    int& current = granted[{device, kernel}];
+    if (smem > current) {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      current = smem;
     }
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(plan.cluster_size);
-    config.blockDim = dim3(plan.threads_per_instance);
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = plan.cluster_size;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    int clusters = 0;
-    fits = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
+    if (plan.cluster_size == 1) {
+      int blocks = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block_threads(plan), smem) == cudaSuccess) {
+        units = blocks * device_info().sms;
+      }
+    } else {
+      if (plan.cluster_size > 8) {
+        C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+      }
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(plan.cluster_size);
+      config.blockDim = dim3(block_threads(plan));
+      config.dynamicSmemBytes = smem;
+      cudaLaunchAttribute attribute;
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = plan.cluster_size;
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess) units = clusters;
+    }
     (void)cudaGetLastError();  // a refused configuration is an answer, not an error
   }
-  cache.emplace(key, fits);
-  return fits;
+  cache.emplace(key, units);
+  return units;
 }
+
+bool plan_fits(const void* kernel, const Plan& plan, int tensors) { return resident_units(kernel, plan, tensors) > 0; }
+
+// A persistent forward grid (each CTA prefetching its next instance into a second buffer) measured
+// slower on the H100 than one instance per CTA with more CTAs per SM, so it is off.
+constexpr bool kForwardPersistent = false;
+constexpr int kForwardBuffers = kForwardPersistent ? 2 : 1;
 
 template <typename T>
 bool cluster_plan_fits(const Plan& plan) {
-  return cluster_plan_fits(onchip_kernel_for<T>(plan.vectors_per_thread), plan);
+  return plan_fits(onchip_kernel_for<T>(plan.vectors_per_thread), plan, kForwardBuffers);
 }
 
-// The heuristic. Few threads per instance keep synchronization cheap; small batches spread each
-// instance over a cluster so that enough SMs pull from memory.
+// The heuristic (tuned on an H100, see benchmarks/tune.py). Small instances: a warp each, several
+// per CTA. Larger ones: K = 8 vectors per thread in 256-thread CTAs (32 KB of shared memory, so
+// several CTAs of different clusters share an SM and overlap), as many CTAs as the instance needs,
+// clustered when that is more than one; wider CTAs only past 16 of them. Small batches are spread
+// over more CTAs so that enough SMs pull from memory.
 template <typename T>
 Plan choose_plan(int64_t num_instances, int64_t instance_size) {
-  const int vec = Elem<T>::kVec;
+  constexpr int vec = Elem<T>::kVec;
   if (vec < 4) return {0, 0, 0};  // float64: accuracy over speed, one general path
   const int64_t slots = vector_slots(instance_size, vec);
   if (slots <= kWarpSize * 8) {
     const int K = slots <= kWarpSize * 2 ? 2 : slots <= kWarpSize * 4 ? 4 : 8;
     return {1, K, kWarpSize};
   }
-  const int K = 8;
-  int64_t threads = kWarpSize;
-  while (threads * K < slots) threads *= 2;
   const DeviceInfo info = device_info();
   const bool clusters = info.major >= 9;
-  if (threads <= 512) {
+  constexpr int K = 8;
+  int64_t threads = kWarpSize;
+  while (threads * K < slots) threads *= 2;
+  if (threads <= 256 || !clusters) {
     Plan plan{1, K, static_cast<int>(threads)};
+    if (threads > kMaxBlock || !cluster_plan_fits<T>(plan)) return {0, 0, 0};
     const int64_t wanted_ctas = 2 * int64_t(info.sms);
     while (clusters && num_instances * plan.cluster_size < wanted_ctas && plan.threads_per_instance > 128 &&
-           plan.cluster_size < 8) {
+           plan.cluster_size < 16) {
       Plan wider{plan.cluster_size * 2, K, plan.threads_per_instance / 2};
       if (!cluster_plan_fits<T>(wider)) break;
       plan = wider;
     }
     return plan;
   }
-  // Past 512 threads of K = 8: the same capacity as K = 4 on 1024-thread CTAs, or a cluster of either.
-  if (!clusters) return threads == 1024 ? Plan{1, 4, 1024} : Plan{0, 0, 0};
-  const int64_t cluster = threads / 512;
-  if (cluster > 16) return {0, 0, 0};
-  for (Plan plan : {Plan{static_cast<int>(cluster), 8, 512}, Plan{static_cast<int>(cluster), 4, 1024}}) {
+  for (int G : {256, 512, 1024}) {
+    const int64_t cluster = threads / G;
+    if (cluster < 1 || cluster > 16) continue;
+    Plan plan{static_cast<int>(cluster), K, G};
+    if (num_instances * cluster < 2 * int64_t(info.sms) && G == 256 && cluster <= 8) {
+      Plan wider{plan.cluster_size * 2, K, 128};  // few instances: more, smaller CTAs
+      if (cluster_plan_fits<T>(wider)) return wider;
+    }
     if (cluster_plan_fits<T>(plan)) return plan;
   }
   return {0, 0, 0};
@@ -961,20 +1068,20 @@ template <typename T>
 void check_plan(const Plan& plan, int64_t instance_size, int max_threads, const void* kernel) {
   if (plan.cluster_size == 0) return;
   const int G = plan.threads_per_instance;
-  TORCH_CHECK(Elem<T>::kVec >= 4, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
-  TORCH_CHECK(plan.vectors_per_thread == 2 || plan.vectors_per_thread == 4 || plan.vectors_per_thread == 8,
+  IN_CHECK(Elem<T>::kVec >= 4, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
+  IN_CHECK(plan.vectors_per_thread == 2 || plan.vectors_per_thread == 4 || plan.vectors_per_thread == 8,
               "instance_norm: vectors_per_thread must be 2, 4 or 8");
-  TORCH_CHECK(G >= kWarpSize && G <= max_threads && (G & (G - 1)) == 0,
-              "instance_norm: threads_per_instance must be a power of two in [32, ", max_threads, "] for this plan");
-  TORCH_CHECK(plan.cluster_size == 1 || plan.cluster_size == 2 || plan.cluster_size == 4 ||
+  IN_CHECK(G >= kWarpSize && G <= max_threads && (G & (G - 1)) == 0,
+              "instance_norm: threads_per_instance must be a power of two in [32, ", std::to_string(max_threads),
+           "] for this plan");
+  IN_CHECK(plan.cluster_size == 1 || plan.cluster_size == 2 || plan.cluster_size == 4 ||
                   plan.cluster_size == 8 || plan.cluster_size == 16,
               "instance_norm: cluster_size must be 0, 1, 2, 4, 8 or 16");
-  TORCH_CHECK(plan_holds(plan, vector_slots(instance_size, Elem<T>::kVec)),
-              "instance_norm: plan ", describe(plan), " cannot hold an instance of ", instance_size, " elements");
+  IN_CHECK(plan_holds(plan, vector_slots(instance_size, Elem<T>::kVec)),
+              "instance_norm: plan ", describe(plan), " cannot hold an instance of ", std::to_string(instance_size), " elements");
   if (plan.cluster_size > 1) {
-    TORCH_CHECK(G >= 128, "instance_norm: a cluster plan needs threads_per_instance >= 128");
-    TORCH_CHECK(cluster_plan_fits(kernel, plan), "instance_norm: plan ", describe(plan),
-                " cannot run on this device (thread block clusters need sm_90 and enough resources)");
+    IN_CHECK(G >= 128, "instance_norm: a cluster plan needs threads_per_instance >= 128");
+    IN_CHECK(device_info().major >= 9, "instance_norm: cluster plans need sm_90 or newer");
   }
 }
 
@@ -1000,27 +1107,35 @@ void launch(const Plan& plan, const Params<T>& params, cudaStream_t stream) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
-  launch_onchip(onchip_kernel_for<T>(plan.vectors_per_thread), plan, P, const_cast<Params<T>*>(&params), stream);
+  launch_onchip(onchip_kernel_for<T>(plan.vectors_per_thread), plan, P, kForwardBuffers, kForwardPersistent,
+                const_cast<Params<T>*>(&params), stream);
 }
 
-// One CTA per group of instances (G < 128), per instance, or one cluster per instance.
-void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, void* params, cudaStream_t stream) {
+// A unit is a group of instances (G < 128), one instance, or one instance per cluster. A persistent
+// kernel gets as many units as can be resident and loops; otherwise one per unit of work.
+void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, int tensors, bool persistent,
+                   void* params, cudaStream_t stream) {
+  const int resident = resident_units(kernel, plan, tensors);
+  IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan),
+           " cannot run on this device (shared memory, or thread block clusters that need sm_90)");
+  const int smem = held_bytes(plan, tensors);
   const int block = block_threads(plan);
   const int groups_per_block = block / plan.threads_per_instance;
-  const int64_t units = (num_instances + groups_per_block - 1) / groups_per_block;
-  TORCH_CHECK(units * plan.cluster_size <= int64_t(std::numeric_limits<int>::max()),
-              "instance_norm: too many instances (", num_instances, ") for one launch");
+  const int64_t work_units = (num_instances + groups_per_block - 1) / groups_per_block;
+  const int64_t units = persistent ? std::min<int64_t>(work_units, resident) : work_units;
+  IN_CHECK(units * plan.cluster_size <= int64_t(std::numeric_limits<int>::max()),
+              "instance_norm: too many instances (", std::to_string(num_instances), ") for one launch");
   int threads_per_instance = plan.threads_per_instance;
   int cluster_size = plan.cluster_size;
   void* args[] = {params, &threads_per_instance, &cluster_size};
   if (plan.cluster_size == 1) {
-    C10_CUDA_CHECK(cudaLaunchKernel(kernel, dim3(units), dim3(block), args, 0, stream));
+    C10_CUDA_CHECK(cudaLaunchKernel(kernel, dim3(units), dim3(block), args, smem, stream));
     return;
   }
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(units * plan.cluster_size);
   config.blockDim = dim3(block);
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attribute;
   attribute.id = cudaLaunchAttributeClusterDimension;
@@ -1033,8 +1148,8 @@ void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, 
 }
 
 void check_input(const at::Tensor& x) {
-  TORCH_CHECK(x.is_cuda(), "instance_norm: expected a CUDA tensor, got one on ", x.device());
-  TORCH_CHECK(x.dim() == 4, "instance_norm: expected a 4-D (N, C, H, W) tensor, got ", x.dim(), "-D");
+  IN_CHECK(x.is_cuda(), "instance_norm: expected a CUDA tensor, got one on ", x.device().str());
+  IN_CHECK(x.dim() == 4, "instance_norm: expected a 4-D (N, C, H, W) tensor, got ", std::to_string(x.dim()), "-D");
   const auto t = x.scalar_type();
   TORCH_CHECK_NOT_IMPLEMENTED(t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble,
                               "instance_norm: expected a float16, bfloat16, float32 or float64 tensor, got ", t);
@@ -1043,10 +1158,10 @@ void check_input(const at::Tensor& x) {
 at::Tensor affine_param(const c10::optional<at::Tensor>& param, const at::Tensor& x, at::ScalarType acc,
                         const char* name) {
   if (!param.has_value() || !param->defined()) return at::Tensor();
-  TORCH_CHECK(param->device() == x.device(), "instance_norm: ", name, " is on ", param->device(),
-              " but the input is on ", x.device());
-  TORCH_CHECK(param->numel() == x.size(1), "instance_norm: ", name, " has ", param->numel(),
-              " elements, expected one per channel (", x.size(1), ")");
+  IN_CHECK(param->device() == x.device(), "instance_norm: ", name, " is on ", param->device().str(),
+              " but the input is on ", x.device().str());
+  IN_CHECK(param->numel() == x.size(1), "instance_norm: ", name, " has ", std::to_string(param->numel()),
+              " elements, expected one per channel (", std::to_string(x.size(1)), ")");
   return param->to(acc).contiguous();
 }
 
@@ -1112,7 +1227,7 @@ std::tuple<at::Tensor, at::Tensor> forward_with_plan(const at::Tensor& x, const 
                                                      const c10::optional<at::Tensor>& bias, double eps,
                                                      int64_t vectors_per_thread, int64_t threads_per_instance,
                                                      int64_t cluster_size) {
-  TORCH_CHECK(cluster_size >= 0 && cluster_size <= 16, "instance_norm: cluster_size must be in [0, 16]");
+  IN_CHECK(cluster_size >= 0 && cluster_size <= 16, "instance_norm: cluster_size must be in [0, 16]");
   Plan plan{static_cast<int>(cluster_size), static_cast<int>(vectors_per_thread),
             static_cast<int>(threads_per_instance)};
   return forward_impl(x, weight, bias, eps, &plan);
@@ -1122,7 +1237,7 @@ std::tuple<at::Tensor, at::Tensor> forward_with_plan(const at::Tensor& x, const 
 template <typename T>
 const void* onchip_backward_kernel_for(int K) {
   if constexpr (Elem<T>::kVec < 4) {
-    TORCH_CHECK(false, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
+    IN_CHECK(false, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
     return nullptr;
   } else {
     switch (K) {
@@ -1130,23 +1245,18 @@ const void* onchip_backward_kernel_for(int K) {
       case 4: return reinterpret_cast<const void*>(&onchip_backward_kernel<T, 4>);
       case 8: return reinterpret_cast<const void*>(&onchip_backward_kernel<T, 8>);
     }
-    TORCH_CHECK(false, "instance_norm: vectors_per_thread must be 2, 4 or 8, got ", K);
+    IN_CHECK(false, "instance_norm: vectors_per_thread must be 2, 4 or 8, got ", std::to_string(K));
     return nullptr;
   }
 }
 
-// The forward's capacity with at most 512 threads per CTA, since x and dy both stay on chip.
+// The forward's plan when x and dy both fit in its shared memory; otherwise the multi_cta path.
 template <typename T>
 Plan choose_backward_plan(int64_t num_instances, int64_t instance_size) {
   Plan plan = choose_plan<T>(num_instances, instance_size);
   if (plan.cluster_size == 0) return plan;
-  while (plan.threads_per_instance > kBackwardMaxBlock) {
-    plan = Plan{plan.cluster_size, plan.vectors_per_thread * 2, plan.threads_per_instance / 2};
-  }
-  if (plan.vectors_per_thread > 8) return {0, 0, 0};
-  if (plan.cluster_size > 1 && !cluster_plan_fits(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan)) {
-    return {0, 0, 0};
-  }
+  if (block_threads(plan) > kBackwardMaxBlock) return {0, 0, 0};
+  if (!plan_fits(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan, 2)) return {0, 0, 0};
   return plan;
 }
 
@@ -1160,7 +1270,7 @@ void run_backward(const BackwardParams<T>& params, const Plan* forced, cudaStrea
                   plan.cluster_size > 0 ? onchip_backward_kernel_for<T>(plan.vectors_per_thread) : nullptr);
   }
   if (plan.cluster_size > 0) {
-    launch_onchip(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan, P,
+    launch_onchip(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan, P, 2, false,
                   const_cast<BackwardParams<T>*>(&params), stream);
     return;
   }
@@ -1188,13 +1298,13 @@ std::tuple<at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad_output, 
                                                  const c10::optional<at::Tensor>& weight, const at::Tensor& stats_in,
                                                  const Plan* forced) {
   check_input(input);
-  TORCH_CHECK(grad_output.sizes() == input.sizes() && grad_output.scalar_type() == input.scalar_type() &&
+  IN_CHECK(grad_output.sizes() == input.sizes() && grad_output.scalar_type() == input.scalar_type() &&
                   grad_output.device() == input.device(),
               "instance_norm backward: grad_output must match the input's shape, dtype and device");
   c10::cuda::CUDAGuard guard(input.device());
   const auto acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const int64_t P = input.size(0) * input.size(1);
-  TORCH_CHECK(stats_in.dim() == 2 && stats_in.size(0) == 2 && stats_in.size(1) == P && stats_in.scalar_type() == acc &&
+  IN_CHECK(stats_in.dim() == 2 && stats_in.size(0) == 2 && stats_in.size(1) == P && stats_in.scalar_type() == acc &&
                   stats_in.device() == input.device(),
               "instance_norm backward: stats must be the forward's (2, N*C) statistics");
   at::Tensor x = aligned_contiguous(input);
@@ -1231,7 +1341,7 @@ std::tuple<at::Tensor, at::Tensor> backward_with_plan(const at::Tensor& grad_out
                                                       const c10::optional<at::Tensor>& weight, const at::Tensor& stats,
                                                       int64_t vectors_per_thread, int64_t threads_per_instance,
                                                       int64_t cluster_size) {
-  TORCH_CHECK(cluster_size >= 0 && cluster_size <= 16, "instance_norm: cluster_size must be in [0, 16]");
+  IN_CHECK(cluster_size >= 0 && cluster_size <= 16, "instance_norm: cluster_size must be in [0, 16]");
   Plan plan{static_cast<int>(cluster_size), static_cast<int>(vectors_per_thread),
             static_cast<int>(threads_per_instance)};
   return backward_impl(grad_output, x, weight, stats, &plan);
@@ -1328,10 +1438,10 @@ def _register_python_kernels():
         return x.new_empty((2, x.shape[0] * x.shape[1]), dtype=dtype)
 
     def fake_forward(x, weight, bias, eps):
-        return x.new_empty(x.shape, memory_format=torch.contiguous_format), stats_like(x)
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device), stats_like(x)
 
     def fake_backward(grad_output, x, weight, stats):
-        return x.new_empty(x.shape, memory_format=torch.contiguous_format), stats_like(x)
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device), stats_like(x)
 
     for name in ("forward", "infer"):
         torch.library.register_fake(f"{_NAMESPACE}::{name}")(fake_forward)

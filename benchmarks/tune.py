@@ -47,8 +47,6 @@ def candidate_plans(slots):
     plans = [(0, 0, 0)]
     for k in (2, 4, 8):
         for g in (32, 64, 128, 256, 512, 1024):
-            if k == 8 and g > 512:
-                continue
             for cs in (1, 2, 4, 8, 16):
                 if cs > 1 and g < 128:
                     continue
@@ -63,12 +61,16 @@ def main():
     parser.add_argument("--shapes", default="sweep")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--only", default="", help="comma-separated shape indices of the chosen set")
     args = parser.parse_args()
     ops = instance_norm.load_extension()
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
     for dtype_name in args.dtypes.split(","):
         dtype = getattr(torch, dtype_name)
-        for shape in SHAPES[args.shapes]:
+        shapes = SHAPES[args.shapes]
+        if args.only:
+            shapes = [shapes[int(i)] for i in args.only.split(",")]
+        for shape in shapes:
             x = torch.randn(shape, device="cuda", dtype=dtype) * 2 + 3
             vec = 16 // x.element_size()
             m = shape[2] * shape[3]
