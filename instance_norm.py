@@ -1,28 +1,28 @@
 """Drop-in CUDA replacement for ``torch.nn.InstanceNorm2d``.
 
-``ModelNew`` takes ``nn.InstanceNorm2d``'s arguments, parameters and buffers; its forward runs one of
-the kernels below on CUDA tensors and defers to PyTorch everywhere else (CPU tensors, and eval mode
-with running statistics, which is a per-channel affine map rather than a normalization).
+``ModelNew`` takes ``nn.InstanceNorm2d``'s arguments, parameters and buffers; on CUDA tensors its
+forward and backward run the kernels below (registered as ``torch.library`` custom ops, so
+``torch.compile`` and CUDA graphs see them); CPU tensors, and eval mode with running statistics
+(a per-channel affine map, not a normalization), go to PyTorch.
 
-Each (n, c) plane of H*W elements is one *instance*. An instance norm needs one read and one write of
-every element, so each kernel keeps an instance on chip (in registers) between computing its
-statistics and writing the output. Which kernel serves a shape depends on the instance's size:
+Each (n, c) plane of H*W elements is one *instance*. An instance norm needs one read and one write
+of every element, so the on-chip kernels copy an instance into shared memory (cp.async, 16-byte
+vectors), reduce it, and write the output from there. Which kernel serves a shape depends on the
+instance's size (numbers for float32; bf16/fp16 hold twice the elements):
 
-* ``onchip``, one warp or a few warps per instance (H*W up to a few thousand): several instances per
-  CTA, reductions by warp shuffles; the many-small-instances regime.
-* ``onchip``, one CTA per instance (up to 32K fp32 values): reduction through shared memory.
-* ``cluster`` (sm_90 and newer, instances up to 16 CTAs' registers, e.g. 512x512 fp32 = 1 MiB): a
-  thread block cluster splits the instance, each CTA reduces its part and the partial statistics
-  travel through distributed shared memory, so each element is still read once and written once.
-* ``multi_cta`` (anything larger, float64, or a GPU without clusters): partial statistics per chunk,
-  a per-instance combine, then a normalize pass that reads the input a second time (in reverse chunk
-  order, so the part still in L2 is read first).
+* ``onchip``, a warp per instance (H*W up to 1024): several instances per CTA, warp-shuffle merges.
+* ``onchip``, a CTA per instance (up to 32K elements, 128 KB): merges through shared memory.
+* ``cluster``, 8 CTAs per instance (sm_90+, up to 128K elements): each CTA reduces its part and the
+  partial statistics travel through distributed shared memory; still one read and one write.
+* ``multi_cta``, everything larger, float64, or clusters unavailable: partial statistics per chunk,
+  a per-instance merge, then a normalize pass that reads the input again (reverse chunk order, so
+  the part still in L2 goes first). On the H100 this beat 16-CTA clusters for 512x512 fp32.
 
 Statistics are exact centered ones: each thread computes a corrected two-pass mean and M2 over the
 values it holds, and partial results merge with Chan's formula (no E[x^2] - E[x]^2 cancellation;
-constant instances give exactly zero). Accumulation is in float32 (float64 for float64 input), the
-reduction order is fixed, so results are bitwise reproducible. Every kernel takes 16-byte vectors
-where an instance is aligned and masks the partial vectors at its ends.
+constant instances give exactly zero). Accumulation is in float32 (float64 for float64 input) in a
+fixed order, so results are bitwise reproducible. Instances that do not start or end on a 16-byte
+boundary hand their few edge elements to one thread; everything else moves in 16-byte vectors.
 """
 
 import hashlib
@@ -1019,13 +1019,12 @@ bool cluster_plan_fits(const Plan& plan) {
   return plan_fits(onchip_kernel_for<T>(plan.vectors_per_thread), plan, kForwardBuffers);
 }
 
-// The heuristic (tuned on an H100, see benchmarks/tune.py). Small instances: a warp each, several
-// per CTA. Larger ones: K = 8 vectors per thread in 256-thread CTAs (32 KB of shared memory, so
-// several CTAs of different clusters share an SM and overlap), as many CTAs as the instance needs,
-// clustered when that is more than one; wider CTAs only past 16 of them. Small batches are spread
-// over more CTAs so that enough SMs pull from memory.
+// The heuristic, from benchmarks/tune.py on an H100 (2026-11-23). Small instances: a warp each,
+// several per CTA. Up to 1024 threads of K = 8 vectors: one CTA per instance. Twice or four times
+// that: a cluster of 8 CTAs. Larger instances measured faster on the multi_cta path than on 16-CTA
+// clusters (fp32 512x512: 1.50x vs 1.65x the copy time), so they take it.
 template <typename T>
-Plan choose_plan(int64_t num_instances, int64_t instance_size) {
+Plan choose_plan_uncached(int64_t instance_size) {
   constexpr int vec = Elem<T>::kVec;
   if (vec < 4) return {0, 0, 0};  // float64: accuracy over speed, one general path
   const int64_t slots = vector_slots(instance_size, vec);
@@ -1033,34 +1032,34 @@ Plan choose_plan(int64_t num_instances, int64_t instance_size) {
     const int K = slots <= kWarpSize * 2 ? 2 : slots <= kWarpSize * 4 ? 4 : 8;
     return {1, K, kWarpSize};
   }
-  const DeviceInfo info = device_info();
-  const bool clusters = info.major >= 9;
   constexpr int K = 8;
   int64_t threads = kWarpSize;
   while (threads * K < slots) threads *= 2;
-  if (threads <= 256 || !clusters) {
-    Plan plan{1, K, static_cast<int>(threads)};
-    if (threads > kMaxBlock || !cluster_plan_fits<T>(plan)) return {0, 0, 0};
-    const int64_t wanted_ctas = 2 * int64_t(info.sms);
-    while (clusters && num_instances * plan.cluster_size < wanted_ctas && plan.threads_per_instance > 128 &&
-           plan.cluster_size < 16) {
-      Plan wider{plan.cluster_size * 2, K, plan.threads_per_instance / 2};
-      if (!cluster_plan_fits<T>(wider)) break;
-      plan = wider;
-    }
-    return plan;
+  Plan plan{0, 0, 0};
+  if (threads <= kMaxBlock) {
+    plan = Plan{1, K, static_cast<int>(threads)};
+  } else if (threads <= 4 * kMaxBlock && device_info().major >= 9) {
+    plan = Plan{8, K, static_cast<int>(threads / 8)};
   }
-  for (int G : {256, 512, 1024}) {
-    const int64_t cluster = threads / G;
-    if (cluster < 1 || cluster > 16) continue;
-    Plan plan{static_cast<int>(cluster), K, G};
-    if (num_instances * cluster < 2 * int64_t(info.sms) && G == 256 && cluster <= 8) {
-      Plan wider{plan.cluster_size * 2, K, 128};  // few instances: more, smaller CTAs
-      if (cluster_plan_fits<T>(wider)) return wider;
-    }
-    if (cluster_plan_fits<T>(plan)) return plan;
+  return plan.cluster_size == 0 || cluster_plan_fits<T>(plan) ? plan : Plan{0, 0, 0};
+}
+
+// Plan choice sits on the launch path of small, launch-bound shapes: remember it per device,
+// dtype and instance size.
+template <typename T>
+Plan choose_plan(int64_t /*num_instances*/, int64_t instance_size) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int64_t>, Plan> cache;
+  const auto key = std::make_pair(static_cast<int>(c10::cuda::current_device()), instance_size);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
   }
-  return {0, 0, 0};
+  const Plan plan = choose_plan_uncached<T>(instance_size);
+  std::lock_guard<std::mutex> lock(mutex);
+  cache.emplace(key, plan);
+  return plan;
 }
 
 // Validates a plan forced through forward_with_plan / backward_with_plan.
