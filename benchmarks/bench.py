@@ -136,13 +136,16 @@ def parse_args(argv=None):
     p.add_argument("--backward", action="store_true", help="also time the backward pass")
     p.add_argument("--dry-run", action="store_true",
                    help="fake timings, no CUDA, no instance_norm import (tests the reporting)")
-    p.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
+    p.add_argument("--seed", type=int, default=None,
+                   help="random seed for the inputs (default: a fresh one each run, printed)")
     p.add_argument("--time-limit", type=float, default=520.0,
                    help="seconds; no new shape is started after this, so that the tables and "
                         "plot are still written within a 10-minute slot (default 520, 0 = none)")
     # hidden: run the real code path on CPU (wall-clock timer) to self-test the script
     p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.seed is None:
+        args.seed = int.from_bytes(os.urandom(4), "little") >> 1
     # argparse applies type= to string defaults too, but be defensive
     if isinstance(args.shapes, str):
         args.shapes = parse_shapes(args.shapes)
