@@ -369,111 +369,76 @@ template <typename T> struct Params {
 // cluster of CS CTAs per instance. Each thread keeps K 16-byte vectors in registers.
 // =====================================================================================
 // The instance lives in dynamic shared memory (K vectors per thread, filled by cp.async) rather
-// than in registers. The grid is persistent: each CTA (or cluster) walks over instances and copies
-// the next one into its second buffer while it reduces and writes the current one, so every SM
-// always has loads in flight. A thread only ever reads the shared memory its own copies wrote.
+// than in registers: registers stay low and several CTAs share an SM, so one CTA's reduction
+// overlaps another's memory traffic. A thread only reads the shared memory its own copies wrote.
 template <typename T, int K>
 __global__ void __launch_bounds__(kMaxBlock)
 onchip_kernel(Params<T> p, int threads_per_instance, int cluster_size) {
   using acc_t = typename Elem<T>::acc;
   constexpr int kVec = Elem<T>::kVec;
-  extern __shared__ uint4 held_storage[];  // two buffers of K vectors per thread
-  __shared__ Stats<acc_t> warp_partials[2][kMaxBlock / kWarpSize];
-  __shared__ Stats<acc_t> cta_partial[2];
+  extern __shared__ uint4 held_storage[];
+  __shared__ Stats<acc_t> warp_partials[kMaxBlock / kWarpSize];
+  __shared__ Stats<acc_t> cta_partial;
 
   const int G = threads_per_instance;
   const int lane = threadIdx.x & (kWarpSize - 1);
   const int group = threadIdx.x / G;
   const int local = threadIdx.x - group * G;
-  const int groups_per_block = blockDim.x / G;
   const int rank = cluster_size > 1 ? static_cast<int>(blockIdx.x % cluster_size) : 0;
-  const int64_t num_units = gridDim.x / cluster_size;
-  const int64_t total_units = (p.num_instances + groups_per_block - 1) / groups_per_block;
+  const int64_t instance = int64_t(blockIdx.x / cluster_size) * (blockDim.x / G) + group;
+  const bool active = instance < p.num_instances;
   const int M = static_cast<int>(p.instance_size);
+  const int64_t start = (active ? instance : 0) * p.instance_size;
+  const int head = static_cast<int>(start % kVec);  // elements before the instance in its first vector
+  // CTA rank r owns a contiguous run of K * G vectors; x + first is 16-byte aligned.
+  const int first = ((rank * K) * G + local) * kVec - head;
   const int stride = G * kVec;
-  const int buffer = K * blockDim.x;
+  const int hi = active ? M : 0;
+  const bool owns_boundary = active && rank == 0 && local == 0;
+  const Boundary boundary = boundary_of<T>(M, head);
 
-  // Where this thread's vectors of a unit's instance are; CTA rank r owns K * G contiguous vectors.
-  auto locate = [&](int64_t unit, int64_t& instance, int64_t& start, int& first, bool& active) {
-    instance = unit * groups_per_block + group;
-    active = instance < p.num_instances;
-    start = (active ? instance : 0) * p.instance_size;
-    first = ((rank * K) * G + local) * kVec - static_cast<int>(start % kVec);
-  };
+  const SharedVectors raw{held_storage + threadIdx.x, static_cast<int>(blockDim.x)};
+  copy_whole_vectors_async<T, K>(held_storage + threadIdx.x, blockDim.x, p.x + start, first, stride, 0, hi);
+  Stats<acc_t> s{acc_t(0), acc_t(0), acc_t(0)};
+  if (owns_boundary) s = boundary_stats<T>(p.x + start, boundary);  // overlaps the copies
+  wait_async_copies();
+  s = warp_merge(merge(thread_stats<T, K>(raw, first, stride, 0, hi), s));
 
-  int64_t unit = blockIdx.x / cluster_size;
-  if (unit < total_units) {
-    int64_t instance, start;
-    int first;
-    bool active;
-    locate(unit, instance, start, first, active);
-    copy_whole_vectors_async<T, K>(held_storage + threadIdx.x, blockDim.x, p.x + start, first, stride, 0,
-                                   active ? M : 0);
+  if (G > kWarpSize) {  // merge the group's warps; every warp of the group computes the result
+    if (lane == 0) warp_partials[threadIdx.x / kWarpSize] = s;
+    __syncthreads();
+    const int warps_per_group = G / kWarpSize;
+    s = lane < warps_per_group ? warp_partials[group * warps_per_group + lane]
+                               : Stats<acc_t>{acc_t(0), acc_t(0), acc_t(0)};
+    s = warp_merge(s);
   }
-  for (int iter = 0; unit < total_units; unit += num_units, ++iter) {
-    const int buf = iter & 1;
-    const int64_t next = unit + num_units;
-    if (next < total_units) {  // prefetch the next instance into the other buffer
-      int64_t instance, start;
-      int first;
-      bool active;
-      locate(next, instance, start, first, active);
-      copy_whole_vectors_async<T, K>(held_storage + (buf ^ 1) * buffer + threadIdx.x, blockDim.x, p.x + start, first,
-                                     stride, 0, active ? M : 0);
-    }
-    int64_t instance, start;
-    int first;
-    bool active;
-    locate(unit, instance, start, first, active);
-    const int hi = active ? M : 0;
-    const bool owns_boundary = active && rank == 0 && local == 0;
-    const Boundary boundary = boundary_of<T>(M, static_cast<int>(start % kVec));
-    const SharedVectors raw{held_storage + buf * buffer + threadIdx.x, static_cast<int>(blockDim.x)};
-
-    Stats<acc_t> s{acc_t(0), acc_t(0), acc_t(0)};
-    if (owns_boundary) s = boundary_stats<T>(p.x + start, boundary);
-    if (next < total_units) {
-      asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // this buffer's copies, not the prefetch
-    } else {
-      wait_async_copies();
-    }
-    s = warp_merge(merge(thread_stats<T, K>(raw, first, stride, 0, hi), s));
-
-    if (G > kWarpSize) {  // merge the group's warps; every warp of the group computes the result
-      if (lane == 0) warp_partials[buf][threadIdx.x / kWarpSize] = s;
-      __syncthreads();
-      const int warps_per_group = G / kWarpSize;
-      s = lane < warps_per_group ? warp_partials[buf][group * warps_per_group + lane]
-                                 : Stats<acc_t>{acc_t(0), acc_t(0), acc_t(0)};
-      s = warp_merge(s);
-    }
-    if (cluster_size > 1) {  // merge the cluster's CTAs through distributed shared memory
+  if (cluster_size > 1) {  // merge the cluster's CTAs through distributed shared memory
 #if IN_HAS_CLUSTERS
-      cg::cluster_group cluster = cg::this_cluster();
-      if (threadIdx.x == 0) cta_partial[buf] = s;
-      cluster.sync();  // also orders this iteration's reads of the other buffer slot before its reuse
-      s = Stats<acc_t>{acc_t(0), acc_t(0), acc_t(0)};
-      if (lane < cluster_size) s = *cluster.map_shared_rank(&cta_partial[buf], lane);
-      s = warp_merge(s);
+    cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) cta_partial = s;
+    cluster.sync();
+    s = Stats<acc_t>{acc_t(0), acc_t(0), acc_t(0)};
+    if (lane < cluster_size) s = *cluster.map_shared_rank(&cta_partial, lane);
+    s = warp_merge(s);
+    cluster.barrier_arrive();  // our reads are done; peers may exit once everyone has arrived
 #else
-      __trap();
+    __trap();
 #endif
-    }
+  }
 
-    const acc_t mean = s.mean;
-    const acc_t rstd = rsqrt(s.m2 / static_cast<acc_t>(M) + p.eps);
-    const int64_t channel = (active ? instance : 0) % p.channels;
-    const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
-    const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
-    store_whole_vectors<T, K>(raw, p.y + start, first, stride, 0, hi, mean, scale, shift);
-    if (owns_boundary) {
-      store_boundary<T>(p.x + start, p.y + start, boundary, mean, scale, shift);
-      p.stats[instance] = mean;
-      p.stats[p.num_instances + instance] = rstd;
-    }
+  const acc_t mean = s.mean;
+  const acc_t rstd = rsqrt(s.m2 / static_cast<acc_t>(M) + p.eps);
+  const int64_t channel = (active ? instance : 0) % p.channels;
+  const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
+  const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
+  store_whole_vectors<T, K>(raw, p.y + start, first, stride, 0, hi, mean, scale, shift);
+  if (owns_boundary) {
+    store_boundary<T>(p.x + start, p.y + start, boundary, mean, scale, shift);
+    p.stats[instance] = mean;
+    p.stats[p.num_instances + instance] = rstd;
   }
 #if IN_HAS_CLUSTERS
-  if (cluster_size > 1) cg::this_cluster().sync();  // peers may still read our cta_partial
+  if (cluster_size > 1) cg::this_cluster().barrier_wait();  // keep cta_partial alive for the peers
 #endif
 }
 
@@ -924,8 +889,8 @@ int held_bytes(const Plan& plan, int tensors) {
   return tensors * plan.vectors_per_thread * block_threads(plan) * static_cast<int>(sizeof(uint4));
 }
 
-void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, int tensors, bool persistent,
-                   void* params, cudaStream_t stream);
+void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, int tensors, void* params,
+                   cudaStream_t stream);
 
 // Vector slots an instance can straddle: it starts on a vector boundary when H*W is a multiple
 // of the vector width (the base pointer is always 16-byte aligned here), otherwise anywhere.
@@ -1009,14 +974,9 @@ int resident_units(const void* kernel, const Plan& plan, int tensors) {
 
 bool plan_fits(const void* kernel, const Plan& plan, int tensors) { return resident_units(kernel, plan, tensors) > 0; }
 
-// A persistent forward grid (each CTA prefetching its next instance into a second buffer) measured
-// slower on the H100 than one instance per CTA with more CTAs per SM, so it is off.
-constexpr bool kForwardPersistent = false;
-constexpr int kForwardBuffers = kForwardPersistent ? 2 : 1;
-
 template <typename T>
 bool cluster_plan_fits(const Plan& plan) {
-  return plan_fits(onchip_kernel_for<T>(plan.vectors_per_thread), plan, kForwardBuffers);
+  return plan_fits(onchip_kernel_for<T>(plan.vectors_per_thread), plan, 1);
 }
 
 // The heuristic, from benchmarks/tune.py on an H100 (2026-11-23). Small instances: a warp each,
@@ -1069,7 +1029,7 @@ void check_plan(const Plan& plan, int64_t instance_size, int max_threads, const 
   const int G = plan.threads_per_instance;
   IN_CHECK(Elem<T>::kVec >= 4, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
   IN_CHECK(plan.vectors_per_thread == 2 || plan.vectors_per_thread == 4 || plan.vectors_per_thread == 8,
-              "instance_norm: vectors_per_thread must be 2, 4 or 8");
+           "instance_norm: vectors_per_thread must be 2, 4 or 8");
   IN_CHECK(G >= kWarpSize && G <= max_threads && (G & (G - 1)) == 0,
               "instance_norm: threads_per_instance must be a power of two in [32, ", std::to_string(max_threads),
            "] for this plan");
@@ -1106,22 +1066,19 @@ void launch(const Plan& plan, const Params<T>& params, cudaStream_t stream) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
-  launch_onchip(onchip_kernel_for<T>(plan.vectors_per_thread), plan, P, kForwardBuffers, kForwardPersistent,
-                const_cast<Params<T>*>(&params), stream);
+  launch_onchip(onchip_kernel_for<T>(plan.vectors_per_thread), plan, P, 1, const_cast<Params<T>*>(&params), stream);
 }
 
-// A unit is a group of instances (G < 128), one instance, or one instance per cluster. A persistent
-// kernel gets as many units as can be resident and loops; otherwise one per unit of work.
-void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, int tensors, bool persistent,
-                   void* params, cudaStream_t stream) {
+// One CTA per group of instances (G < 128), per instance, or one cluster per instance.
+void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, int tensors, void* params,
+                   cudaStream_t stream) {
   const int resident = resident_units(kernel, plan, tensors);
   IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan),
            " cannot run on this device (shared memory, or thread block clusters that need sm_90)");
   const int smem = held_bytes(plan, tensors);
   const int block = block_threads(plan);
   const int groups_per_block = block / plan.threads_per_instance;
-  const int64_t work_units = (num_instances + groups_per_block - 1) / groups_per_block;
-  const int64_t units = persistent ? std::min<int64_t>(work_units, resident) : work_units;
+  const int64_t units = (num_instances + groups_per_block - 1) / groups_per_block;
   IN_CHECK(units * plan.cluster_size <= int64_t(std::numeric_limits<int>::max()),
               "instance_norm: too many instances (", std::to_string(num_instances), ") for one launch");
   int threads_per_instance = plan.threads_per_instance;
@@ -1269,7 +1226,7 @@ void run_backward(const BackwardParams<T>& params, const Plan* forced, cudaStrea
                   plan.cluster_size > 0 ? onchip_backward_kernel_for<T>(plan.vectors_per_thread) : nullptr);
   }
   if (plan.cluster_size > 0) {
-    launch_onchip(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan, P, 2, false,
+    launch_onchip(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan, P, 2,
                   const_cast<BackwardParams<T>*>(&params), stream);
     return;
   }
