@@ -254,17 +254,15 @@ __device__ __forceinline__ void store_boundary(const T* x, T* y, Boundary b, typ
 }
 
 // The k-th of a thread's K vectors starts at element first + k * stride of `base` (a 16-byte
-// aligned position); it is used when it lies wholly inside [lo, hi). Data read once is loaded
-// evict-first; kKeepInL2 keeps the normal L2 policy for data that a later pass reads again.
-template <typename T, int K, bool kKeepInL2 = false>
+// aligned position); it is used when it lies wholly inside [lo, hi).
+template <typename T, int K>
 __device__ __forceinline__ void load_whole_vectors(uint4 (&raw)[K], const T* base, int first, int stride, int lo,
                                                    int hi) {
   constexpr int kVec = Elem<T>::kVec;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int e = first + k * stride;
-    const uint4* at = reinterpret_cast<const uint4*>(base + e);
-    raw[k] = (e >= lo && e + kVec <= hi) ? (kKeepInL2 ? __ldcg(at) : __ldcs(at)) : make_uint4(0, 0, 0, 0);
+    raw[k] = (e >= lo && e + kVec <= hi) ? __ldcs(reinterpret_cast<const uint4*>(base + e)) : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -493,8 +491,7 @@ chunk_stats_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t 
     const int64_t chunk = work - instance * chunks_per_instance;
     const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
     uint4 raw[kChunkVectorsPerThread];
-    load_whole_vectors<T, kChunkVectorsPerThread, true>(raw, p.x + span.offset, span.first, span.stride, span.lo,
-                                                         span.hi);
+    load_whole_vectors<T, kChunkVectorsPerThread>(raw, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
     Stats<acc_t> s = thread_stats<T, kChunkVectorsPerThread>(raw, span.first, span.stride, span.lo, span.hi);
     if (chunk == 0 && threadIdx.x == 0) {
       s = merge(s, boundary_stats<T>(p.x + instance * p.instance_size, instance_boundary<T>(p.instance_size, instance)));
@@ -770,8 +767,8 @@ chunk_grad_sums_kernel(BackwardParams<T> p, Sums<typename Elem<T>::acc>* partial
     for (int half = 0; half < kChunkVectorsPerThread / kBackwardChunkVectorsPerThread; ++half) {
       const int first = span.first + half * kBackwardChunkVectorsPerThread * span.stride;
       uint4 xr[kBackwardChunkVectorsPerThread], gr[kBackwardChunkVectorsPerThread];
-      load_whole_vectors<T, kBackwardChunkVectorsPerThread, true>(xr, p.x + span.offset, first, span.stride, span.lo, span.hi);
-      load_whole_vectors<T, kBackwardChunkVectorsPerThread, true>(gr, p.dy + span.offset, first, span.stride, span.lo, span.hi);
+      load_whole_vectors<T, kBackwardChunkVectorsPerThread>(xr, p.x + span.offset, first, span.stride, span.lo, span.hi);
+      load_whole_vectors<T, kBackwardChunkVectorsPerThread>(gr, p.dy + span.offset, first, span.stride, span.lo, span.hi);
       const Sums<acc_t> t =
           thread_grad_sums<T, kBackwardChunkVectorsPerThread>(xr, gr, first, span.stride, span.lo, span.hi, mean);
       s.a += t.a;
