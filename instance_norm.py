@@ -182,18 +182,97 @@ __device__ __forceinline__ Stats<acc_t> merge(const Stats<acc_t>& a, const Stats
   return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb, n};
 }
 
-// Butterfly merge across the warp. Both partners merge (lower lane, upper lane) in that order, so
-// every lane ends with bitwise the same result.
+// Backward partials: plain sums.
+template <typename acc_t> struct Sums {
+  acc_t a, b;  // sum(dy), sum(dy * (x - mean))
+};
+
+// One combine per partial type, so that every reduction below serves the forward's statistics and
+// the backward's sums alike. A value-initialized partial (P{}) is the empty one.
 template <typename acc_t>
-__device__ __forceinline__ Stats<acc_t> warp_merge(Stats<acc_t> s) {
+__device__ __forceinline__ Stats<acc_t> combine(const Stats<acc_t>& a, const Stats<acc_t>& b) { return merge(a, b); }
+template <typename acc_t>
+__device__ __forceinline__ Sums<acc_t> combine(const Sums<acc_t>& a, const Sums<acc_t>& b) {
+  return {a.a + b.a, a.b + b.b};
+}
+template <typename acc_t>
+__device__ __forceinline__ Stats<acc_t> shfl_xor(const Stats<acc_t>& s, int offset) {
+  return {__shfl_xor_sync(kFullMask, s.mean, offset), __shfl_xor_sync(kFullMask, s.m2, offset),
+          __shfl_xor_sync(kFullMask, s.n, offset)};
+}
+template <typename acc_t>
+__device__ __forceinline__ Sums<acc_t> shfl_xor(const Sums<acc_t>& s, int offset) {
+  return {__shfl_xor_sync(kFullMask, s.a, offset), __shfl_xor_sync(kFullMask, s.b, offset)};
+}
+
+// Butterfly reduction across the warp. Both partners combine (lower lane, upper lane) in that
+// order, so every lane ends with bitwise the same result.
+template <typename P>
+__device__ __forceinline__ P warp_reduce(P s) {
   const int lane = threadIdx.x & (kWarpSize - 1);
 #pragma unroll
   for (int offset = 1; offset < kWarpSize; offset <<= 1) {
-    Stats<acc_t> other{__shfl_xor_sync(kFullMask, s.mean, offset), __shfl_xor_sync(kFullMask, s.m2, offset),
-                       __shfl_xor_sync(kFullMask, s.n, offset)};
-    s = (lane & offset) ? merge(other, s) : merge(s, other);
+    const P other = shfl_xor(s, offset);
+    s = (lane & offset) ? combine(other, s) : combine(s, other);
   }
   return s;
+}
+
+// Reduces each thread's partial over its group of G threads (a warp up to the whole CTA) and, with
+// a cluster, over the cluster's CTAs through distributed shared memory; every thread of the group
+// ends with the instance's result. The CTA's cta_partial stays readable by its peers until
+// cluster_release(), which each kernel calls after its last global store.
+template <typename P>
+__device__ __forceinline__ P instance_reduce(P s, P* warp_partials, P* cta_partial, int G, int group,
+                                             int cluster_size) {
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  s = warp_reduce(s);
+  if (G > kWarpSize) {  // every warp of the group reads the group's warp results and reduces them
+    if (lane == 0) warp_partials[threadIdx.x / kWarpSize] = s;
+    __syncthreads();
+    const int warps_per_group = G / kWarpSize;
+    s = warp_reduce(lane < warps_per_group ? warp_partials[group * warps_per_group + lane] : P{});
+  }
+  if (cluster_size > 1) {
+#if IN_HAS_CLUSTERS
+    cg::cluster_group cluster = cg::this_cluster();
+    if (threadIdx.x == 0) *cta_partial = s;
+    cluster.sync();
+    s = warp_reduce(lane < cluster_size ? *cluster.map_shared_rank(cta_partial, lane) : P{});
+    cluster.barrier_arrive();  // our reads are done; peers may exit once everyone has arrived
+#else
+    __trap();
+#endif
+  }
+  return s;
+}
+
+__device__ __forceinline__ void cluster_release(int cluster_size) {
+#if IN_HAS_CLUSTERS
+  if (cluster_size > 1) cg::this_cluster().barrier_wait();
+#endif
+}
+
+// A CTA-wide reduction for the multi_cta chunk kernels; the result is valid in thread 0.
+template <typename P, int kThreads>
+__device__ __forceinline__ P cta_reduce(P s) {
+  __shared__ P warp_partials[kThreads / kWarpSize];
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  const int warp = threadIdx.x / kWarpSize;
+  s = warp_reduce(s);
+  if (lane == 0) warp_partials[warp] = s;
+  __syncthreads();
+  if (warp == 0) s = warp_reduce(lane < kThreads / kWarpSize ? warp_partials[lane] : P{});
+  __syncthreads();  // warp_partials may be reused by the caller's next iteration
+  return s;
+}
+
+// One warp combines an instance's chunk partials in a fixed order; every lane gets the result.
+template <typename P>
+__device__ __forceinline__ P reduce_chunks(const P* partials, int64_t count) {
+  P s{};
+  for (int64_t c = threadIdx.x & (kWarpSize - 1); c < count; c += kWarpSize) s = combine(s, partials[c]);
+  return warp_reduce(s);
 }
 
 // An instance's elements split into whole 16-byte vectors, handled by every thread from registers,
@@ -381,7 +460,6 @@ onchip_kernel(Params<T> p, int threads_per_instance, int cluster_size) {
   __shared__ Stats<acc_t> cta_partial;
 
   const int G = threads_per_instance;
-  const int lane = threadIdx.x & (kWarpSize - 1);
   const int group = threadIdx.x / G;
   const int local = threadIdx.x - group * G;
   const int rank = cluster_size > 1 ? static_cast<int>(blockIdx.x % cluster_size) : 0;
@@ -399,32 +477,11 @@ onchip_kernel(Params<T> p, int threads_per_instance, int cluster_size) {
 
   const SharedVectors raw{held_storage + threadIdx.x, static_cast<int>(blockDim.x)};
   copy_whole_vectors_async<T, K>(held_storage + threadIdx.x, blockDim.x, p.x + start, first, stride, 0, hi);
-  Stats<acc_t> s{acc_t(0), acc_t(0), acc_t(0)};
+  Stats<acc_t> s{};
   if (owns_boundary) s = boundary_stats<T>(p.x + start, boundary);  // overlaps the copies
   wait_async_copies();
-  s = warp_merge(merge(thread_stats<T, K>(raw, first, stride, 0, hi), s));
-
-  if (G > kWarpSize) {  // merge the group's warps; every warp of the group computes the result
-    if (lane == 0) warp_partials[threadIdx.x / kWarpSize] = s;
-    __syncthreads();
-    const int warps_per_group = G / kWarpSize;
-    s = lane < warps_per_group ? warp_partials[group * warps_per_group + lane]
-                               : Stats<acc_t>{acc_t(0), acc_t(0), acc_t(0)};
-    s = warp_merge(s);
-  }
-  if (cluster_size > 1) {  // merge the cluster's CTAs through distributed shared memory
-#if IN_HAS_CLUSTERS
-    cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) cta_partial = s;
-    cluster.sync();
-    s = Stats<acc_t>{acc_t(0), acc_t(0), acc_t(0)};
-    if (lane < cluster_size) s = *cluster.map_shared_rank(&cta_partial, lane);
-    s = warp_merge(s);
-    cluster.barrier_arrive();  // our reads are done; peers may exit once everyone has arrived
-#else
-    __trap();
-#endif
-  }
+  s = merge(thread_stats<T, K>(raw, first, stride, 0, hi), s);
+  s = instance_reduce(s, warp_partials, &cta_partial, G, group, cluster_size);
 
   const acc_t mean = s.mean;
   const acc_t rstd = rsqrt(s.m2 / static_cast<acc_t>(M) + p.eps);
@@ -437,9 +494,7 @@ onchip_kernel(Params<T> p, int threads_per_instance, int cluster_size) {
     p.stats[instance] = mean;
     p.stats[p.num_instances + instance] = rstd;
   }
-#if IN_HAS_CLUSTERS
-  if (cluster_size > 1) cg::this_cluster().barrier_wait();  // keep cta_partial alive for the peers
-#endif
+  cluster_release(cluster_size);
 }
 
 // =====================================================================================
@@ -482,9 +537,6 @@ template <typename T>
 __global__ void __launch_bounds__(kChunkThreads)
 chunk_stats_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t chunks_per_instance) {
   using acc_t = typename Elem<T>::acc;
-  __shared__ Stats<acc_t> warp_partials[kChunkThreads / kWarpSize];
-  const int lane = threadIdx.x & (kWarpSize - 1);
-  const int warp = threadIdx.x / kWarpSize;
   const int64_t total = p.num_instances * chunks_per_instance;
   for (int64_t work = blockIdx.x; work < total; work += gridDim.x) {
     const int64_t instance = work / chunks_per_instance;
@@ -496,15 +548,8 @@ chunk_stats_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t 
     if (chunk == 0 && threadIdx.x == 0) {
       s = merge(s, boundary_stats<T>(p.x + instance * p.instance_size, instance_boundary<T>(p.instance_size, instance)));
     }
-    s = warp_merge(s);
-    if (lane == 0) warp_partials[warp] = s;
-    __syncthreads();
-    if (warp == 0) {
-      s = lane < kChunkThreads / kWarpSize ? warp_partials[lane] : Stats<acc_t>{acc_t(0), acc_t(0), acc_t(0)};
-      s = warp_merge(s);
-      if (lane == 0) partials[work] = s;
-    }
-    __syncthreads();
+    s = cta_reduce<Stats<acc_t>, kChunkThreads>(s);
+    if (threadIdx.x == 0) partials[work] = s;
   }
 }
 
@@ -516,11 +561,7 @@ __global__ void merge_chunks_kernel(Params<T> p, const Stats<typename Elem<T>::a
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
   for (int64_t instance = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
        instance < p.num_instances; instance += warps_total) {
-    Stats<acc_t> s{acc_t(0), acc_t(0), acc_t(0)};
-    for (int64_t c = lane; c < chunks_per_instance; c += kWarpSize) {
-      s = merge(s, partials[instance * chunks_per_instance + c]);
-    }
-    s = warp_merge(s);
+    const Stats<acc_t> s = reduce_chunks(partials + instance * chunks_per_instance, chunks_per_instance);
     if (lane == 0) {
       p.stats[instance] = s.mean;
       p.stats[p.num_instances + instance] = rsqrt(s.m2 / static_cast<acc_t>(p.instance_size) + p.eps);
@@ -572,28 +613,13 @@ template <typename T> struct BackwardParams {
   int64_t channels;
 };
 
-template <typename acc_t> struct Sums {
-  acc_t a, b;  // sum(dy), sum(dy * (x - mean))
-};
-
-// Plain sums are commutative, so an xor butterfly leaves every lane with the same bits.
-template <typename acc_t>
-__device__ __forceinline__ Sums<acc_t> warp_sum(Sums<acc_t> s) {
-#pragma unroll
-  for (int offset = 1; offset < kWarpSize; offset <<= 1) {
-    s.a += __shfl_xor_sync(kFullMask, s.a, offset);
-    s.b += __shfl_xor_sync(kFullMask, s.b, offset);
-  }
-  return s;
-}
-
 template <typename T, int K, typename Vectors>
 __device__ __forceinline__ Sums<typename Elem<T>::acc> thread_grad_sums(const Vectors& xr, const Vectors& gr,
                                                                          int first, int stride, int lo, int hi,
                                                                          typename Elem<T>::acc mean) {
   using acc_t = typename Elem<T>::acc;
   constexpr int kVec = Elem<T>::kVec;
-  Sums<acc_t> s{acc_t(0), acc_t(0)};
+  Sums<acc_t> s{};
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int e = first + k * stride;
@@ -613,7 +639,7 @@ template <typename T>
 __device__ __forceinline__ Sums<typename Elem<T>::acc> boundary_grad_sums(const T* x, const T* dy, Boundary bd,
                                                                            typename Elem<T>::acc mean) {
   using acc_t = typename Elem<T>::acc;
-  Sums<acc_t> s{acc_t(0), acc_t(0)};
+  Sums<acc_t> s{};
 #pragma unroll 1
   for (int i = 0; i < bd.count(); ++i) {
     const int64_t at = bd.at(i);
@@ -680,7 +706,6 @@ onchip_backward_kernel(BackwardParams<T> p, int threads_per_instance, int cluste
   __shared__ Sums<acc_t> cta_partial;
 
   const int G = threads_per_instance;
-  const int lane = threadIdx.x & (kWarpSize - 1);
   const int group = threadIdx.x / G;
   const int local = threadIdx.x - group * G;
   const int rank = cluster_size > 1 ? static_cast<int>(blockIdx.x % cluster_size) : 0;
@@ -704,35 +729,11 @@ onchip_backward_kernel(BackwardParams<T> p, int threads_per_instance, int cluste
   const SharedVectors gr{held_dy, static_cast<int>(blockDim.x)};
   copy_whole_vectors_async<T, K>(held_x, blockDim.x, p.x + start, first, stride, 0, hi);
   copy_whole_vectors_async<T, K>(held_dy, blockDim.x, p.dy + start, first, stride, 0, hi);
-  Sums<acc_t> s{acc_t(0), acc_t(0)};
+  Sums<acc_t> s{};
   if (owns_boundary) s = boundary_grad_sums<T>(p.x + start, p.dy + start, boundary, mean);
   wait_async_copies();
-  {
-    const Sums<acc_t> t = thread_grad_sums<T, K>(xr, gr, first, stride, 0, hi, mean);
-    s.a += t.a;
-    s.b += t.b;
-  }
-  s = warp_sum(s);
-  if (G > kWarpSize) {
-    if (lane == 0) warp_partials[threadIdx.x / kWarpSize] = s;
-    __syncthreads();
-    const int warps_per_group = G / kWarpSize;
-    s = lane < warps_per_group ? warp_partials[group * warps_per_group + lane] : Sums<acc_t>{acc_t(0), acc_t(0)};
-    s = warp_sum(s);
-  }
-  if (cluster_size > 1) {
-#if IN_HAS_CLUSTERS
-    cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) cta_partial = s;
-    cluster.sync();
-    s = Sums<acc_t>{acc_t(0), acc_t(0)};
-    if (lane < cluster_size) s = *cluster.map_shared_rank(&cta_partial, lane);
-    s = warp_sum(s);
-    cluster.barrier_arrive();
-#else
-    __trap();
-#endif
-  }
+  s = combine(thread_grad_sums<T, K>(xr, gr, first, stride, 0, hi, mean), s);
+  s = instance_reduce(s, warp_partials, &cta_partial, G, group, cluster_size);
   const acc_t weight = p.weight ? p.weight[safe % p.channels] : acc_t(1);
   const GradCoefficients<acc_t> c = grad_coefficients(s, rstd, weight, p.instance_size);
   store_whole_grad<T, K>(xr, gr, p.dx + start, first, stride, 0, hi, mean, c);
@@ -741,9 +742,7 @@ onchip_backward_kernel(BackwardParams<T> p, int threads_per_instance, int cluste
     p.sums[instance] = s.a;
     p.sums[p.num_instances + instance] = s.b * rstd;
   }
-#if IN_HAS_CLUSTERS
-  if (cluster_size > 1) cg::this_cluster().barrier_wait();
-#endif
+  cluster_release(cluster_size);
 }
 
 constexpr int kBackwardChunkVectorsPerThread = 4;
@@ -752,16 +751,13 @@ template <typename T>
 __global__ void __launch_bounds__(kChunkThreads)
 chunk_grad_sums_kernel(BackwardParams<T> p, Sums<typename Elem<T>::acc>* partials, int64_t chunks_per_instance) {
   using acc_t = typename Elem<T>::acc;
-  __shared__ Sums<acc_t> warp_partials[kChunkThreads / kWarpSize];
-  const int lane = threadIdx.x & (kWarpSize - 1);
-  const int warp = threadIdx.x / kWarpSize;
   const int64_t total = p.num_instances * chunks_per_instance;
   for (int64_t work = blockIdx.x; work < total; work += gridDim.x) {
     const int64_t instance = work / chunks_per_instance;
     const int64_t chunk = work - instance * chunks_per_instance;
     const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
     const acc_t mean = p.stats[instance];
-    Sums<acc_t> s{acc_t(0), acc_t(0)};
+    Sums<acc_t> s{};
     // A chunk is kChunkVectorsPerThread vectors per thread; two tensors are read in halves.
 #pragma unroll 1
     for (int half = 0; half < kChunkVectorsPerThread / kBackwardChunkVectorsPerThread; ++half) {
@@ -769,26 +765,16 @@ chunk_grad_sums_kernel(BackwardParams<T> p, Sums<typename Elem<T>::acc>* partial
       uint4 xr[kBackwardChunkVectorsPerThread], gr[kBackwardChunkVectorsPerThread];
       load_whole_vectors<T, kBackwardChunkVectorsPerThread>(xr, p.x + span.offset, first, span.stride, span.lo, span.hi);
       load_whole_vectors<T, kBackwardChunkVectorsPerThread>(gr, p.dy + span.offset, first, span.stride, span.lo, span.hi);
-      const Sums<acc_t> t =
-          thread_grad_sums<T, kBackwardChunkVectorsPerThread>(xr, gr, first, span.stride, span.lo, span.hi, mean);
-      s.a += t.a;
-      s.b += t.b;
+      s = combine(s, thread_grad_sums<T, kBackwardChunkVectorsPerThread>(xr, gr, first, span.stride, span.lo,
+                                                                          span.hi, mean));
     }
     if (chunk == 0 && threadIdx.x == 0) {
       const int64_t start = instance * p.instance_size;
-      const Sums<acc_t> e = boundary_grad_sums<T>(p.x + start, p.dy + start, instance_boundary<T>(p.instance_size, instance), mean);
-      s.a += e.a;
-      s.b += e.b;
+      s = combine(s, boundary_grad_sums<T>(p.x + start, p.dy + start, instance_boundary<T>(p.instance_size, instance),
+                                           mean));
     }
-    s = warp_sum(s);
-    if (lane == 0) warp_partials[warp] = s;
-    __syncthreads();
-    if (warp == 0) {
-      s = lane < kChunkThreads / kWarpSize ? warp_partials[lane] : Sums<acc_t>{acc_t(0), acc_t(0)};
-      s = warp_sum(s);
-      if (lane == 0) partials[work] = s;
-    }
-    __syncthreads();
+    s = cta_reduce<Sums<acc_t>, kChunkThreads>(s);
+    if (threadIdx.x == 0) partials[work] = s;
   }
 }
 
@@ -800,13 +786,7 @@ __global__ void merge_grad_sums_kernel(BackwardParams<T> p, const Sums<typename 
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
   for (int64_t instance = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
        instance < p.num_instances; instance += warps_total) {
-    Sums<acc_t> s{acc_t(0), acc_t(0)};
-    for (int64_t c = lane; c < chunks_per_instance; c += kWarpSize) {
-      const Sums<acc_t> t = partials[instance * chunks_per_instance + c];
-      s.a += t.a;
-      s.b += t.b;
-    }
-    s = warp_sum(s);
+    const Sums<acc_t> s = reduce_chunks(partials + instance * chunks_per_instance, chunks_per_instance);
     if (lane == 0) {
       p.sums[instance] = s.a;
       p.sums[p.num_instances + instance] = s.b * p.stats[p.num_instances + instance];
