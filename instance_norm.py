@@ -99,7 +99,7 @@ template <> struct Elem<float> {
   }
 };
 
-template <typename Half, typename Half2> struct Elem16 {
+template <typename Half> struct Elem16 {
   using acc = float;
   static constexpr int kVec = 8;
   __device__ static unsigned short bits(const uint4& u, int j) {
@@ -112,7 +112,7 @@ template <typename Half, typename Half2> struct Elem16 {
   }
 };
 
-template <> struct Elem<__half> : Elem16<__half, __half2> {
+template <> struct Elem<__half> : Elem16<__half> {
   __device__ static float to_acc(__half v) { return __half2float(v); }
   __device__ static __half from_acc(float v) { return __float2half_rn(v); }
   __device__ static float get(const uint4& u, int j) { return __half2float(__ushort_as_half(bits(u, j))); }
@@ -129,7 +129,7 @@ template <> struct Elem<__half> : Elem16<__half, __half2> {
   }
 };
 
-template <> struct Elem<__nv_bfloat16> : Elem16<__nv_bfloat16, __nv_bfloat162> {
+template <> struct Elem<__nv_bfloat16> : Elem16<__nv_bfloat16> {
   __device__ static float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
   __device__ static __nv_bfloat16 from_acc(float v) { return __float2bfloat16_rn(v); }
   __device__ static float get(const uint4& u, int j) {
@@ -860,8 +860,6 @@ DeviceInfo device_info() {
   return cache.emplace(device, info).first->second;
 }
 
-int max_threads_for(int) { return kMaxBlock; }
-
 int block_threads(const Plan& plan) { return plan.threads_per_instance < 128 ? 256 : plan.threads_per_instance; }
 
 // Dynamic shared memory of an on-chip plan: K vectors per thread for each held tensor.
@@ -987,7 +985,7 @@ Plan choose_plan_uncached(int64_t instance_size) {
 // Plan choice sits on the launch path of small, launch-bound shapes: remember it per device,
 // dtype and instance size.
 template <typename T>
-Plan choose_plan(int64_t /*num_instances*/, int64_t instance_size) {
+Plan choose_plan(int64_t instance_size) {
   static std::mutex mutex;
   static std::map<std::pair<int, int64_t>, Plan> cache;
   const auto key = std::make_pair(static_cast<int>(c10::cuda::current_device()), instance_size);
@@ -1026,17 +1024,36 @@ void check_plan(const Plan& plan, int64_t instance_size, int max_threads, const 
 
 int64_t grid_limit(int64_t units) { return std::min<int64_t>(units, int64_t(1) << 22); }
 
+// Chunks per instance on the multi_cta path: enough to cover the instance from its first aligned
+// vector (up to kVec - 1 elements before it when H*W is not a multiple of kVec).
+template <typename T>
+int64_t chunks_per_instance(int64_t instance_size) {
+  constexpr int64_t kChunk = int64_t(kChunkThreads) * kChunkVectorsPerThread * Elem<T>::kVec;
+  const int64_t head_max = instance_size % Elem<T>::kVec == 0 ? 0 : Elem<T>::kVec - 1;
+  return (instance_size + head_max + kChunk - 1) / kChunk;
+}
+
+// Per-chunk partials of the multi_cta path, in a byte tensor the caching allocator owns.
+template <typename Partial>
+Partial* chunk_partials(at::Tensor& workspace, int64_t count) {
+  workspace = at::empty({count * int64_t(sizeof(Partial))},
+                        at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
+  return reinterpret_cast<Partial*>(workspace.data_ptr());
+}
+
+at::Tensor aligned_contiguous(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone(at::MemoryFormat::Contiguous);
+}
+
 template <typename T>
 void launch(const Plan& plan, const Params<T>& params, cudaStream_t stream) {
   using acc_t = typename Elem<T>::acc;
   const int64_t P = params.num_instances;
   if (plan.cluster_size == 0) {
-    constexpr int64_t kChunk = int64_t(kChunkThreads) * kChunkVectorsPerThread * Elem<T>::kVec;
-    const int64_t head_max = params.instance_size % Elem<T>::kVec == 0 ? 0 : Elem<T>::kVec - 1;
-    const int64_t chunks = (params.instance_size + head_max + kChunk - 1) / kChunk;
-    at::Tensor workspace = at::empty({P * chunks * int64_t(sizeof(Stats<acc_t>))},
-                                     at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
-    auto* partials = reinterpret_cast<Stats<acc_t>*>(workspace.data_ptr());
+    const int64_t chunks = chunks_per_instance<T>(params.instance_size);
+    at::Tensor workspace;
+    auto* partials = chunk_partials<Stats<acc_t>>(workspace, P * chunks);
     const int64_t grid = grid_limit(P * chunks);
     chunk_stats_kernel<T><<<grid, kChunkThreads, 0, stream>>>(params, partials, chunks);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -1115,9 +1132,9 @@ void run_forward(const at::Tensor& x, const at::Tensor& y, const at::Tensor& wei
   params.instance_size = x.size(2) * x.size(3);
   params.channels = x.size(1);
   params.eps = static_cast<acc_t>(eps);
-  Plan plan = forced ? *forced : choose_plan<T>(params.num_instances, params.instance_size);
+  Plan plan = forced ? *forced : choose_plan<T>(params.instance_size);
   if (forced) {
-    check_plan<T>(plan, params.instance_size, max_threads_for(plan.vectors_per_thread),
+    check_plan<T>(plan, params.instance_size, kMaxBlock,
                   plan.cluster_size > 0 ? onchip_kernel_for<T>(plan.vectors_per_thread) : nullptr);
   }
   launch<T>(plan, params, c10::cuda::getCurrentCUDAStream());
@@ -1139,8 +1156,7 @@ std::tuple<at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, const c
                                                 const Plan* forced) {
   check_input(input);
   c10::cuda::CUDAGuard guard(input.device());
-  at::Tensor x = input.contiguous();
-  if (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0) x = x.clone(at::MemoryFormat::Contiguous);
+  at::Tensor x = aligned_contiguous(input);
   const auto acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor w = affine_param(weight, x, acc, "weight");
   at::Tensor b = affine_param(bias, x, acc, "bias");
@@ -1188,8 +1204,8 @@ const void* onchip_backward_kernel_for(int K) {
 
 // The forward's plan when x and dy both fit in its shared memory; otherwise the multi_cta path.
 template <typename T>
-Plan choose_backward_plan(int64_t num_instances, int64_t instance_size) {
-  Plan plan = choose_plan<T>(num_instances, instance_size);
+Plan choose_backward_plan(int64_t instance_size) {
+  Plan plan = choose_plan<T>(instance_size);
   if (plan.cluster_size == 0) return plan;
   if (block_threads(plan) > kBackwardMaxBlock) return {0, 0, 0};
   if (!plan_fits(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan, 2)) return {0, 0, 0};
@@ -1200,7 +1216,7 @@ template <typename T>
 void run_backward(const BackwardParams<T>& params, const Plan* forced, cudaStream_t stream) {
   using acc_t = typename Elem<T>::acc;
   const int64_t P = params.num_instances;
-  Plan plan = forced ? *forced : choose_backward_plan<T>(P, params.instance_size);
+  Plan plan = forced ? *forced : choose_backward_plan<T>(params.instance_size);
   if (forced) {
     check_plan<T>(plan, params.instance_size, kBackwardMaxBlock,
                   plan.cluster_size > 0 ? onchip_backward_kernel_for<T>(plan.vectors_per_thread) : nullptr);
@@ -1210,12 +1226,9 @@ void run_backward(const BackwardParams<T>& params, const Plan* forced, cudaStrea
                   const_cast<BackwardParams<T>*>(&params), stream);
     return;
   }
-  constexpr int64_t kChunk = int64_t(kChunkThreads) * kChunkVectorsPerThread * Elem<T>::kVec;
-  const int64_t head_max = params.instance_size % Elem<T>::kVec == 0 ? 0 : Elem<T>::kVec - 1;
-  const int64_t chunks = (params.instance_size + head_max + kChunk - 1) / kChunk;
-  at::Tensor workspace = at::empty({P * chunks * int64_t(sizeof(Sums<acc_t>))},
-                                   at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
-  auto* partials = reinterpret_cast<Sums<acc_t>*>(workspace.data_ptr());
+  const int64_t chunks = chunks_per_instance<T>(params.instance_size);
+  at::Tensor workspace;
+  auto* partials = chunk_partials<Sums<acc_t>>(workspace, P * chunks);
   const int64_t grid = grid_limit(P * chunks);
   chunk_grad_sums_kernel<T><<<grid, kChunkThreads, 0, stream>>>(params, partials, chunks);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -1223,11 +1236,6 @@ void run_backward(const BackwardParams<T>& params, const Plan* forced, cudaStrea
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   grad_chunks_kernel<T><<<grid, kChunkThreads, 0, stream>>>(params, chunks);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-at::Tensor aligned_contiguous(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone(at::MemoryFormat::Contiguous);
 }
 
 std::tuple<at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad_output, const at::Tensor& input,
@@ -1288,8 +1296,8 @@ std::string describe_plan(const at::Tensor& x, bool backward) {
   c10::cuda::CUDAGuard guard(x.device());
   std::string result;
   dispatch_type(x.scalar_type(), [&](auto tag) {
-    result = describe(choose_plan<decltype(tag)>(x.size(0) * x.size(1), x.size(2) * x.size(3)));
-    if (backward) result = describe(choose_backward_plan<decltype(tag)>(x.size(0) * x.size(1), x.size(2) * x.size(3)));
+    result = describe(choose_plan<decltype(tag)>(x.size(2) * x.size(3)));
+    if (backward) result = describe(choose_backward_plan<decltype(tag)>(x.size(2) * x.size(3)));
   });
   return result;
 }
