@@ -826,17 +826,272 @@ grad_chunks_kernel(BackwardParams<T> p, int64_t chunks_per_instance) {
 }
 
 // =====================================================================================
+// Kernel 4: stream, sm_90, instances of one CTA's to 16 CTAs' worth (fp32 512x512 is 1 MiB).
+// A persistent grid of clusters; cluster c takes instances c, c + clusters, ... Each CTA owns a
+// fixed slice of every instance. The bulk copy engine (cp.async.bulk, completing on an mbarrier)
+// keeps the slices of the next `stages` instances in flight in shared memory while the threads
+// reduce and write the current one from registers, so DRAM never waits on a barrier. Per instance:
+// one __syncthreads and one cluster barrier; every CTA writes its partial into each peer's shared
+// memory (double-buffered by instance parity), so after the barrier each CTA merges them locally,
+// in rank order, to bitwise the same result.
+// =====================================================================================
+constexpr int kStreamThreads = 512;
+constexpr int kStreamMaxStages = 4;
+constexpr int kMaxCluster = 16;
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// The slices of one CTA: `stages` buffers of `tensors` slices each, every buffer with an mbarrier
+// that completes when its bulk copies have landed. Only thread 0 issues copies.
+struct SlicePipeline {
+  uint4* buffers;  // stages * tensors * slice_vectors
+  unsigned long long* full;
+  int stages;
+  int tensors;
+  int slice_vectors;  // one CTA's slice of an instance, in 16-byte vectors
+
+  __device__ uint4* slice(int stage, int tensor) const {
+    return buffers + (stage * tensors + tensor) * slice_vectors;
+  }
+  __device__ void init() const {
+#if IN_HAS_CLUSTERS
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < stages; ++s) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(full + s)) : "memory");
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+#endif
+  }
+  // Thread 0: announce `bytes` per tensor, then copy each tensor's slice into the stage.
+  template <int kTensors>
+  __device__ void issue(int stage, const void* const (&src)[kTensors], unsigned bytes) const {
+#if IN_HAS_CLUSTERS
+    const unsigned bar = shared_address(full + stage);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // after the threads' reads of the stage
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes * kTensors)
+                 : "memory");
+    if (bytes == 0) return;
+#pragma unroll
+    for (int t = 0; t < kTensors; ++t) {
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+              shared_address(slice(stage, t))),
+          "l"(src[t]), "r"(bytes), "r"(bar)
+          : "memory");
+    }
+#endif
+  }
+  __device__ void wait(int stage, unsigned parity) const {
+#if IN_HAS_CLUSTERS
+    const unsigned bar = shared_address(full + stage);
+    unsigned done = 0;
+    while (!done) {
+      asm volatile(
+          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(bar), "r"(parity)
+          : "memory");
+    }
+#endif
+  }
+};
+
+// Where a CTA's slice of every instance lies: elements [begin, begin + count) of the instance.
+// The instance is split into whole vectors, slice_vectors per rank (the last slice may be shorter),
+// which is why the stream plan needs H*W * sizeof(T) % 16 == 0.
+struct StreamGeometry {
+  int rank, cluster_size;
+  int64_t cluster_id, clusters;
+  int64_t begin;
+  int count;    // elements
+  int vectors;  // count / kVec
+};
+
+template <typename T>
+__device__ __forceinline__ StreamGeometry stream_geometry(int64_t instance_size, int slice_vectors) {
+  constexpr int kVec = Elem<T>::kVec;
+  StreamGeometry g{};
+#if IN_HAS_CLUSTERS
+  cg::cluster_group cluster = cg::this_cluster();
+  g.cluster_size = static_cast<int>(cluster.num_blocks());
+  g.rank = static_cast<int>(cluster.block_rank());
+#else
+  g.cluster_size = 1;
+#endif
+  g.cluster_id = blockIdx.x / g.cluster_size;
+  g.clusters = gridDim.x / g.cluster_size;
+  const int64_t instance_vectors = instance_size / kVec;
+  const int64_t first = min(int64_t(g.rank) * slice_vectors, instance_vectors);
+  g.vectors = static_cast<int>(min(int64_t(slice_vectors), instance_vectors - first));
+  g.begin = first * kVec;
+  g.count = g.vectors * kVec;
+  return g;
+}
+
+// Writes this CTA's partial into slot [parity][rank] of every CTA of the cluster (lanes of warp 0,
+// one peer each), waits for the cluster, and merges the cluster's partials in rank order. Every
+// thread returns the instance's result.
+template <typename P>
+__device__ __forceinline__ P cluster_exchange(P cta, P (*slots)[kMaxCluster], int parity, const StreamGeometry& g) {
+  const int lane = threadIdx.x & (kWarpSize - 1);
+#if IN_HAS_CLUSTERS
+  cg::cluster_group cluster = cg::this_cluster();
+  if (threadIdx.x < g.cluster_size) *cluster.map_shared_rank(&slots[parity][g.rank], threadIdx.x) = cta;
+  cluster.sync();
+#else
+  if (threadIdx.x == 0) slots[parity][0] = cta;
+  __syncthreads();
+#endif
+  return warp_reduce(lane < g.cluster_size ? slots[parity][lane] : P{});
+}
+
+// Reduces the thread partials of the CTA into warp 0; the result is valid in warp 0.
+template <typename P>
+__device__ __forceinline__ P cta_reduce_to_warp0(P s, P* warp_partials) {
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  const int warp = threadIdx.x / kWarpSize;
+  s = warp_reduce(s);
+  if (lane == 0) warp_partials[warp] = s;
+  __syncthreads();
+  if (warp == 0) s = warp_reduce(lane < kStreamThreads / kWarpSize ? warp_partials[lane] : P{});
+  return s;
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kStreamThreads, 1)
+stream_kernel(Params<T> p, int stages, int slice_vectors) {
+  using acc_t = typename Elem<T>::acc;
+  constexpr int kVec = Elem<T>::kVec;
+  extern __shared__ uint4 stream_storage[];
+  __shared__ unsigned long long full[kStreamMaxStages];
+  __shared__ Stats<acc_t> warp_partials[kStreamThreads / kWarpSize];
+  __shared__ Stats<acc_t> slots[2][kMaxCluster];
+
+  const StreamGeometry g = stream_geometry<T>(p.instance_size, slice_vectors);
+  const SlicePipeline pipe{stream_storage, full, stages, 1, slice_vectors};
+  const unsigned bytes = static_cast<unsigned>(g.count) * sizeof(T);
+  pipe.init();
+  auto issue = [&](int64_t iteration) {
+    const int64_t instance = g.cluster_id + iteration * g.clusters;
+    if (instance >= p.num_instances) return;
+    const void* const src[1] = {p.x + instance * p.instance_size + g.begin};
+    pipe.issue<1>(static_cast<int>(iteration % stages), src, bytes);
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) issue(s);
+  }
+  const acc_t inv_size = acc_t(1) / static_cast<acc_t>(p.instance_size);
+  for (int64_t it = 0;; ++it) {
+    const int64_t instance = g.cluster_id + it * g.clusters;
+    if (instance >= p.num_instances) break;
+    const int stage = static_cast<int>(it % stages);
+    pipe.wait(stage, static_cast<unsigned>((it / stages) & 1));
+    const uint4* held = pipe.slice(stage, 0);
+    uint4 raw[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int v = threadIdx.x + k * kStreamThreads;
+      raw[k] = v < g.vectors ? held[v] : make_uint4(0, 0, 0, 0);
+    }
+    const int first = threadIdx.x * kVec;
+    const int stride = kStreamThreads * kVec;
+    Stats<acc_t> s = thread_stats<T, V>(raw, first, stride, 0, g.count);
+    s = cta_reduce_to_warp0(s, warp_partials);  // its __syncthreads also frees the stage
+    if (threadIdx.x == 0) issue(it + stages);
+    s = cluster_exchange(s, slots, static_cast<int>(it & 1), g);
+
+    const acc_t mean = s.mean;
+    const acc_t rstd = rsqrt(s.m2 * inv_size + p.eps);
+    const int64_t channel = instance % p.channels;
+    const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
+    const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
+    store_whole_vectors<T, V>(raw, p.y + instance * p.instance_size + g.begin, first, stride, 0, g.count, mean,
+                              scale, shift);
+    if (g.rank == 0 && threadIdx.x == 0) {
+      p.stats[instance] = mean;
+      p.stats[p.num_instances + instance] = rstd;
+    }
+  }
+  // No CTA writes to a peer after the last cluster barrier, so CTAs may exit independently.
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kStreamThreads, 1)
+stream_backward_kernel(BackwardParams<T> p, int stages, int slice_vectors) {
+  using acc_t = typename Elem<T>::acc;
+  constexpr int kVec = Elem<T>::kVec;
+  extern __shared__ uint4 stream_storage[];
+  __shared__ unsigned long long full[kStreamMaxStages];
+  __shared__ Sums<acc_t> warp_partials[kStreamThreads / kWarpSize];
+  __shared__ Sums<acc_t> slots[2][kMaxCluster];
+
+  const StreamGeometry g = stream_geometry<T>(p.instance_size, slice_vectors);
+  const SlicePipeline pipe{stream_storage, full, stages, 2, slice_vectors};
+  const unsigned bytes = static_cast<unsigned>(g.count) * sizeof(T);
+  pipe.init();
+  auto issue = [&](int64_t iteration) {
+    const int64_t instance = g.cluster_id + iteration * g.clusters;
+    if (instance >= p.num_instances) return;
+    const int64_t offset = instance * p.instance_size + g.begin;
+    const void* const src[2] = {p.x + offset, p.dy + offset};
+    pipe.issue<2>(static_cast<int>(iteration % stages), src, bytes);
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) issue(s);
+  }
+  for (int64_t it = 0;; ++it) {
+    const int64_t instance = g.cluster_id + it * g.clusters;
+    if (instance >= p.num_instances) break;
+    const int stage = static_cast<int>(it % stages);
+    pipe.wait(stage, static_cast<unsigned>((it / stages) & 1));
+    const uint4* held_x = pipe.slice(stage, 0);
+    const uint4* held_dy = pipe.slice(stage, 1);
+    uint4 xr[V], gr[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int v = threadIdx.x + k * kStreamThreads;
+      xr[k] = v < g.vectors ? held_x[v] : make_uint4(0, 0, 0, 0);
+      gr[k] = v < g.vectors ? held_dy[v] : make_uint4(0, 0, 0, 0);
+    }
+    const acc_t mean = p.stats[instance];
+    const acc_t rstd = p.stats[p.num_instances + instance];
+    const int first = threadIdx.x * kVec;
+    const int stride = kStreamThreads * kVec;
+    Sums<acc_t> s = thread_grad_sums<T, V>(xr, gr, first, stride, 0, g.count, mean);
+    s = cta_reduce_to_warp0(s, warp_partials);
+    if (threadIdx.x == 0) issue(it + stages);
+    s = cluster_exchange(s, slots, static_cast<int>(it & 1), g);
+
+    const acc_t weight = p.weight ? p.weight[instance % p.channels] : acc_t(1);
+    const GradCoefficients<acc_t> c = grad_coefficients(s, rstd, weight, p.instance_size);
+    store_whole_grad<T, V>(xr, gr, p.dx + instance * p.instance_size + g.begin, first, stride, 0, g.count, mean, c);
+    if (g.rank == 0 && threadIdx.x == 0) {
+      p.sums[instance] = s.a;
+      p.sums[p.num_instances + instance] = s.b * rstd;
+    }
+  }
+}
+
+// =====================================================================================
 // Host dispatch
 // =====================================================================================
 struct Plan {
   int cluster_size;         // 0: multi_cta; 1: one CTA holds the instance; >1: a cluster does
   int vectors_per_thread;   // K
   int threads_per_instance; // G
+  int stages = 0;           // > 0: the stream kernel, with this many instances in flight per CTA
 };
 
 std::string describe(const Plan& plan) {
   if (plan.cluster_size == 0) return "multi_cta";
   std::string kg = "K=" + std::to_string(plan.vectors_per_thread) + ",G=" + std::to_string(plan.threads_per_instance);
+  if (plan.stages > 0) {
+    return "stream(" + kg + ",CS=" + std::to_string(plan.cluster_size) + ",S=" + std::to_string(plan.stages) + ")";
+  }
   if (plan.cluster_size == 1) return "onchip(" + kg + ")";
   return "cluster(" + kg + ",CS=" + std::to_string(plan.cluster_size) + ")";
 }
@@ -899,48 +1154,55 @@ void* onchip_kernel_for(int K) {
   }
 }
 
+// A launch configuration of `grid` CTAs in clusters of cluster_size; `attribute` must outlive it.
+cudaLaunchConfig_t cluster_config(unsigned grid, int block, int smem, cudaStream_t stream, int cluster_size,
+                                  cudaLaunchAttribute* attribute) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(block);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  attribute->id = cudaLaunchAttributeClusterDimension;
+  attribute->val.clusterDim.x = cluster_size;
+  attribute->val.clusterDim.y = 1;
+  attribute->val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
 // How many CTAs (CS == 1) or clusters of `kernel` with this plan can be resident at once, from the
 // occupancy APIs, after granting the plan's dynamic shared memory; 0 when it cannot run at all.
 // Cached per device, kernel, plan and shared memory size.
-int resident_units(const void* kernel, const Plan& plan, int tensors) {
+int resident_units(const void* kernel, int cluster_size, int block, int smem) {
   static std::mutex mutex;
   static std::map<std::tuple<int, const void*, int, int, int>, int> cache;
   static std::map<std::pair<int, const void*>, int> granted;  // the attribute only ever grows
   const int device = c10::cuda::current_device();
-  const int smem = held_bytes(plan, tensors);
-  const auto key = std::make_tuple(device, kernel, plan.threads_per_instance, plan.cluster_size, smem);
+  const auto key = std::make_tuple(device, kernel, block, cluster_size, smem);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   int units = 0;
   int max_smem = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (smem + 4096 <= max_smem && (plan.cluster_size == 1 || (device_info().major >= 9 && plan.cluster_size <= 16))) {
+  if (smem + 4096 <= max_smem && (cluster_size == 1 || (device_info().major >= 9 && cluster_size <= kMaxCluster))) {
     int& current = granted[{device, kernel}];
     if (smem > current) {
       C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       current = smem;
     }
-    if (plan.cluster_size == 1) {
+    if (cluster_size == 1) {
       int blocks = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block_threads(plan), smem) == cudaSuccess) {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block, smem) == cudaSuccess) {
         units = blocks * device_info().sms;
       }
     } else {
-      if (plan.cluster_size > 8) {
+      if (cluster_size > 8) {
         C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
       }
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(plan.cluster_size);
-      config.blockDim = dim3(block_threads(plan));
-      config.dynamicSmemBytes = smem;
       cudaLaunchAttribute attribute;
-      attribute.id = cudaLaunchAttributeClusterDimension;
-      attribute.val.clusterDim.x = plan.cluster_size;
-      attribute.val.clusterDim.y = 1;
-      attribute.val.clusterDim.z = 1;
-      config.attrs = &attribute;
-      config.numAttrs = 1;
+      const cudaLaunchConfig_t config = cluster_config(cluster_size, block, smem, nullptr, cluster_size, &attribute);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess) units = clusters;
     }
@@ -950,11 +1212,64 @@ int resident_units(const void* kernel, const Plan& plan, int tensors) {
   return units;
 }
 
+int resident_units(const void* kernel, const Plan& plan, int tensors) {
+  return resident_units(kernel, plan.cluster_size, block_threads(plan), held_bytes(plan, tensors));
+}
+
 bool plan_fits(const void* kernel, const Plan& plan, int tensors) { return resident_units(kernel, plan, tensors) > 0; }
 
 template <typename T>
 bool cluster_plan_fits(const Plan& plan) {
   return plan_fits(onchip_kernel_for<T>(plan.vectors_per_thread), plan, 1);
+}
+
+// ---- stream plans: vectors_per_thread = kStreamVectors, threads_per_instance = kStreamThreads ----
+constexpr int kStreamVectors = 8;  // V: a CTA's slice is up to 512 * 8 vectors (64 KB)
+
+template <typename T>
+const void* stream_kernel_for(int tensors) {
+  if constexpr (Elem<T>::kVec < 4) {
+    IN_CHECK(false, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
+    return nullptr;
+  } else {
+    return tensors == 1 ? reinterpret_cast<const void*>(&stream_kernel<T, kStreamVectors>)
+                        : reinterpret_cast<const void*>(&stream_backward_kernel<T, kStreamVectors>);
+  }
+}
+
+// A CTA's slice of an instance, in vectors; the instance must be whole vectors.
+int64_t stream_slice_vectors(int64_t instance_size, int vec, int cluster_size) {
+  const int64_t vectors = instance_size / vec;
+  return (vectors + cluster_size - 1) / cluster_size;
+}
+
+int64_t stream_smem(const Plan& plan, int64_t slice_vectors, int tensors) {
+  return int64_t(plan.stages) * tensors * slice_vectors * int64_t(sizeof(uint4));
+}
+
+// Clusters of a stream plan that fit on the device at once; 0 when it cannot run at all.
+template <typename T>
+int stream_resident_clusters(const Plan& plan, int64_t instance_size, int tensors) {
+  const int64_t smem = stream_smem(plan, stream_slice_vectors(instance_size, Elem<T>::kVec, plan.cluster_size), tensors);
+  if (smem > (int64_t(1) << 20)) return 0;
+  return resident_units(stream_kernel_for<T>(tensors), plan.cluster_size, kStreamThreads, static_cast<int>(smem));
+}
+
+// The smallest cluster whose slices fit, with as many stages as shared memory allows; cluster 0
+// (no plan) when the instance is not whole vectors, the GPU has no clusters, or nothing fits.
+template <typename T>
+Plan choose_stream_plan(int64_t instance_size, int tensors) {
+  constexpr int vec = Elem<T>::kVec;
+  if (vec < 4 || instance_size % vec != 0 || device_info().major < 9) return {0, 0, 0};
+  for (int cs = 1; cs <= kMaxCluster; cs *= 2) {
+    if (stream_slice_vectors(instance_size, vec, cs) > kStreamVectors * kStreamThreads) continue;
+    for (int stages = kStreamMaxStages; stages >= 1; --stages) {
+      const Plan plan{cs, kStreamVectors, kStreamThreads, stages};
+      if (stream_resident_clusters<T>(plan, instance_size, tensors) > 0) return plan;
+    }
+    break;
+  }
+  return {0, 0, 0};
 }
 
 // The heuristic, from benchmarks/tune.py on an H100 (2026-11-23). Small instances: a warp each,
@@ -973,13 +1288,14 @@ Plan choose_plan_uncached(int64_t instance_size) {
   constexpr int K = 8;
   int64_t threads = kWarpSize;
   while (threads * K < slots) threads *= 2;
-  Plan plan{0, 0, 0};
-  if (threads <= kMaxBlock) {
-    plan = Plan{1, K, static_cast<int>(threads)};
-  } else if (threads <= 4 * kMaxBlock && device_info().major >= 9) {
-    plan = Plan{8, K, static_cast<int>(threads / 8)};
+  if (threads <= kMaxBlock) return Plan{1, K, static_cast<int>(threads)};
+  const Plan stream = choose_stream_plan<T>(instance_size, 1);
+  if (stream.cluster_size > 0) return stream;
+  if (threads <= 4 * kMaxBlock && device_info().major >= 9) {
+    const Plan plan{8, K, static_cast<int>(threads / 8)};
+    if (cluster_plan_fits<T>(plan)) return plan;
   }
-  return plan.cluster_size == 0 || cluster_plan_fits<T>(plan) ? plan : Plan{0, 0, 0};
+  return {0, 0, 0};
 }
 
 // Plan choice sits on the launch path of small, launch-bound shapes: remember it per device,
@@ -1002,18 +1318,34 @@ Plan choose_plan(int64_t instance_size) {
 
 // Validates a plan forced through forward_with_plan / backward_with_plan.
 template <typename T>
-void check_plan(const Plan& plan, int64_t instance_size, int max_threads, const void* kernel) {
+void check_plan(const Plan& plan, int64_t instance_size, int max_threads, int tensors) {
   if (plan.cluster_size == 0) return;
   const int G = plan.threads_per_instance;
   IN_CHECK(Elem<T>::kVec >= 4, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
+  IN_CHECK(plan.cluster_size == 1 || plan.cluster_size == 2 || plan.cluster_size == 4 ||
+                  plan.cluster_size == 8 || plan.cluster_size == 16,
+              "instance_norm: cluster_size must be 0, 1, 2, 4, 8 or 16");
+  if (plan.stages > 0) {
+    IN_CHECK(plan.stages <= kStreamMaxStages, "instance_norm: a stream plan takes 1 to ",
+             std::to_string(kStreamMaxStages), " stages");
+    IN_CHECK(plan.vectors_per_thread == kStreamVectors && G == kStreamThreads,
+             "instance_norm: a stream plan takes vectors_per_thread=", std::to_string(kStreamVectors),
+             " and threads_per_instance=", std::to_string(kStreamThreads));
+    IN_CHECK(device_info().major >= 9, "instance_norm: stream plans need sm_90 or newer");
+    IN_CHECK(instance_size % Elem<T>::kVec == 0,
+             "instance_norm: a stream plan needs H*W times the element size to be a multiple of 16 bytes");
+    IN_CHECK(stream_slice_vectors(instance_size, Elem<T>::kVec, plan.cluster_size) <= kStreamVectors * kStreamThreads,
+             "instance_norm: plan ", describe(plan), " cannot hold an instance of ", std::to_string(instance_size),
+             " elements");
+    IN_CHECK(stream_resident_clusters<T>(plan, instance_size, tensors) > 0, "instance_norm: plan ", describe(plan),
+             " does not fit on this device (shared memory)");
+    return;
+  }
   IN_CHECK(plan.vectors_per_thread == 2 || plan.vectors_per_thread == 4 || plan.vectors_per_thread == 8,
            "instance_norm: vectors_per_thread must be 2, 4 or 8");
   IN_CHECK(G >= kWarpSize && G <= max_threads && (G & (G - 1)) == 0,
               "instance_norm: threads_per_instance must be a power of two in [32, ", std::to_string(max_threads),
            "] for this plan");
-  IN_CHECK(plan.cluster_size == 1 || plan.cluster_size == 2 || plan.cluster_size == 4 ||
-                  plan.cluster_size == 8 || plan.cluster_size == 16,
-              "instance_norm: cluster_size must be 0, 1, 2, 4, 8 or 16");
   IN_CHECK(plan_holds(plan, vector_slots(instance_size, Elem<T>::kVec)),
               "instance_norm: plan ", describe(plan), " cannot hold an instance of ", std::to_string(instance_size), " elements");
   if (plan.cluster_size > 1) {
@@ -1046,6 +1378,23 @@ at::Tensor aligned_contiguous(const at::Tensor& t) {
   return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone(at::MemoryFormat::Contiguous);
 }
 
+// A persistent grid: as many clusters as fit at once, or one per instance if there are fewer.
+template <typename T>
+void launch_stream(const Plan& plan, int64_t instance_size, int64_t num_instances, int tensors, void* params,
+                   cudaStream_t stream) {
+  const int resident = stream_resident_clusters<T>(plan, instance_size, tensors);
+  IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
+  int slice_vectors = static_cast<int>(stream_slice_vectors(instance_size, Elem<T>::kVec, plan.cluster_size));
+  const int smem = static_cast<int>(stream_smem(plan, slice_vectors, tensors));
+  const int64_t clusters = std::min<int64_t>(resident, num_instances);
+  int stages = plan.stages;
+  void* args[] = {params, &stages, &slice_vectors};
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = cluster_config(static_cast<unsigned>(clusters * plan.cluster_size), kStreamThreads,
+                                                   smem, stream, plan.cluster_size, &attribute);
+  C10_CUDA_CHECK(cudaLaunchKernelExC(&config, stream_kernel_for<T>(tensors), args));
+}
+
 template <typename T>
 void launch(const Plan& plan, const Params<T>& params, cudaStream_t stream) {
   using acc_t = typename Elem<T>::acc;
@@ -1061,6 +1410,10 @@ void launch(const Plan& plan, const Params<T>& params, cudaStream_t stream) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     normalize_chunks_kernel<T><<<grid, kChunkThreads, 0, stream>>>(params, chunks);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  if (plan.stages > 0) {
+    launch_stream<T>(plan, params.instance_size, P, 1, const_cast<Params<T>*>(&params), stream);
     return;
   }
   launch_onchip(onchip_kernel_for<T>(plan.vectors_per_thread), plan, P, 1, const_cast<Params<T>*>(&params), stream);
@@ -1085,18 +1438,9 @@ void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, 
     C10_CUDA_CHECK(cudaLaunchKernel(kernel, dim3(units), dim3(block), args, smem, stream));
     return;
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(units * plan.cluster_size);
-  config.blockDim = dim3(block);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
   cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = plan.cluster_size;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  const cudaLaunchConfig_t config =
+      cluster_config(static_cast<unsigned>(units * plan.cluster_size), block, smem, stream, plan.cluster_size, &attribute);
   C10_CUDA_CHECK(cudaLaunchKernelExC(&config, kernel, args));
 }
 
@@ -1134,8 +1478,7 @@ void run_forward(const at::Tensor& x, const at::Tensor& y, const at::Tensor& wei
   params.eps = static_cast<acc_t>(eps);
   Plan plan = forced ? *forced : choose_plan<T>(params.instance_size);
   if (forced) {
-    check_plan<T>(plan, params.instance_size, kMaxBlock,
-                  plan.cluster_size > 0 ? onchip_kernel_for<T>(plan.vectors_per_thread) : nullptr);
+    check_plan<T>(plan, params.instance_size, kMaxBlock, 1);
   }
   launch<T>(plan, params, c10::cuda::getCurrentCUDAStream());
 }
@@ -1175,13 +1518,22 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const c10::optio
   return forward_impl(x, weight, bias, eps, nullptr);
 }
 
+Plan forced_plan(int64_t vectors_per_thread, int64_t threads_per_instance, int64_t cluster_size, int64_t stages) {
+  IN_CHECK(cluster_size >= 0 && cluster_size <= kMaxCluster, "instance_norm: cluster_size must be in [0, 16]");
+  IN_CHECK(stages >= 0 && stages <= kStreamMaxStages, "instance_norm: stages must be in [0, ",
+           std::to_string(kStreamMaxStages), "]");
+  IN_CHECK(vectors_per_thread >= 0 && vectors_per_thread <= 64 && threads_per_instance >= 0 &&
+               threads_per_instance <= kMaxBlock,
+           "instance_norm: vectors_per_thread or threads_per_instance out of range");
+  return {static_cast<int>(cluster_size), static_cast<int>(vectors_per_thread), static_cast<int>(threads_per_instance),
+          static_cast<int>(stages)};
+}
+
 std::tuple<at::Tensor, at::Tensor> forward_with_plan(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
                                                      const c10::optional<at::Tensor>& bias, double eps,
                                                      int64_t vectors_per_thread, int64_t threads_per_instance,
-                                                     int64_t cluster_size) {
-  IN_CHECK(cluster_size >= 0 && cluster_size <= 16, "instance_norm: cluster_size must be in [0, 16]");
-  Plan plan{static_cast<int>(cluster_size), static_cast<int>(vectors_per_thread),
-            static_cast<int>(threads_per_instance)};
+                                                     int64_t cluster_size, int64_t stages) {
+  const Plan plan = forced_plan(vectors_per_thread, threads_per_instance, cluster_size, stages);
   return forward_impl(x, weight, bias, eps, &plan);
 }
 
@@ -1205,11 +1557,13 @@ const void* onchip_backward_kernel_for(int K) {
 // The forward's plan when x and dy both fit in its shared memory; otherwise the multi_cta path.
 template <typename T>
 Plan choose_backward_plan(int64_t instance_size) {
-  Plan plan = choose_plan<T>(instance_size);
-  if (plan.cluster_size == 0) return plan;
-  if (block_threads(plan) > kBackwardMaxBlock) return {0, 0, 0};
-  if (!plan_fits(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan, 2)) return {0, 0, 0};
-  return plan;
+  const Plan plan = choose_plan<T>(instance_size);
+  if (plan.cluster_size > 0 && plan.stages == 0 && block_threads(plan) <= kBackwardMaxBlock &&
+      plan_fits(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan, 2)) {
+    return plan;
+  }
+  const Plan stream = choose_stream_plan<T>(instance_size, 2);
+  return stream.cluster_size > 0 ? stream : Plan{0, 0, 0};
 }
 
 template <typename T>
@@ -1218,8 +1572,11 @@ void run_backward(const BackwardParams<T>& params, const Plan* forced, cudaStrea
   const int64_t P = params.num_instances;
   Plan plan = forced ? *forced : choose_backward_plan<T>(params.instance_size);
   if (forced) {
-    check_plan<T>(plan, params.instance_size, kBackwardMaxBlock,
-                  plan.cluster_size > 0 ? onchip_backward_kernel_for<T>(plan.vectors_per_thread) : nullptr);
+    check_plan<T>(plan, params.instance_size, kBackwardMaxBlock, 2);
+  }
+  if (plan.stages > 0) {
+    launch_stream<T>(plan, params.instance_size, P, 2, const_cast<BackwardParams<T>*>(&params), stream);
+    return;
   }
   if (plan.cluster_size > 0) {
     launch_onchip(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan, P, 2,
@@ -1284,10 +1641,8 @@ std::tuple<at::Tensor, at::Tensor> backward(const at::Tensor& grad_output, const
 std::tuple<at::Tensor, at::Tensor> backward_with_plan(const at::Tensor& grad_output, const at::Tensor& x,
                                                       const c10::optional<at::Tensor>& weight, const at::Tensor& stats,
                                                       int64_t vectors_per_thread, int64_t threads_per_instance,
-                                                      int64_t cluster_size) {
-  IN_CHECK(cluster_size >= 0 && cluster_size <= 16, "instance_norm: cluster_size must be in [0, 16]");
-  Plan plan{static_cast<int>(cluster_size), static_cast<int>(vectors_per_thread),
-            static_cast<int>(threads_per_instance)};
+                                                      int64_t cluster_size, int64_t stages) {
+  const Plan plan = forced_plan(vectors_per_thread, threads_per_instance, cluster_size, stages);
   return backward_impl(grad_output, x, weight, stats, &plan);
 }
 
@@ -1309,11 +1664,11 @@ TORCH_LIBRARY(INSTANCE_NORM_NS, m) {
   // The same kernel without an autograd formula: the eager no-grad path skips Python autograd glue.
   m.def("infer(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)");
   m.def("forward_with_plan(Tensor x, Tensor? weight, Tensor? bias, float eps, int vectors_per_thread, "
-        "int threads_per_instance, int cluster_size) -> (Tensor, Tensor)");
+        "int threads_per_instance, int cluster_size, int stages=0) -> (Tensor, Tensor)");
   m.def("describe_plan(Tensor x, bool backward=False) -> str");
   m.def("backward(Tensor grad_output, Tensor x, Tensor? weight, Tensor stats) -> (Tensor, Tensor)");
   m.def("backward_with_plan(Tensor grad_output, Tensor x, Tensor? weight, Tensor stats, int vectors_per_thread, "
-        "int threads_per_instance, int cluster_size) -> (Tensor, Tensor)");
+        "int threads_per_instance, int cluster_size, int stages=0) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, CUDA, m) {

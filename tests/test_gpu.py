@@ -34,14 +34,16 @@ TOL = {
 STATS_TOL = {torch.float64: 1e-12}  # everything else accumulates in float32
 DEFAULT_STATS_TOL = 1e-5
 
-# Named kernel plans (vectors_per_thread, threads_per_instance, cluster_size); None is the
-# plan ops.forward picks itself.
+# Named kernel plans (vectors_per_thread, threads_per_instance, cluster_size[, stages]); None is
+# the plan ops.forward picks itself. A plan with stages runs the stream kernel, which needs H*W to
+# be a whole number of 16-byte vectors.
 REGIMES = {
     "default": None,
     "multi_cta": (4, 256, 0),
     "onchip_warp": (4, 32, 1),
     "onchip_cta": (8, 256, 1),
     "cluster": (4, 256, 4),
+    "stream": (8, 512, 4, 2),
 }
 
 
@@ -195,7 +197,7 @@ def split_hw(hw, rng):
 
 
 def capacity_bytes(plan):
-    k, g, cs = plan
+    k, g, cs = plan[:3]
     return k * g * cs * 16
 
 
@@ -215,6 +217,8 @@ def regime_hw(name, dtype, rng):
     plan = REGIMES[name]
     if plan is None or plan[2] == 0:
         return rng.randint(300, 70000)
+    if len(plan) == 4:  # stream: whole vectors
+        return filling_hw(plan, dtype, rng) // 8 * 8
     return filling_hw(plan, dtype, rng)
 
 
@@ -229,8 +233,7 @@ def skip_unsupported_regime(name, dtype):
 def run_ops(ops, x, weight, bias, eps, plan):
     if plan is None:
         return ops.forward(x, weight, bias, eps)
-    k, g, cs = plan
-    return ops.forward_with_plan(x, weight, bias, eps, k, g, cs)
+    return ops.forward_with_plan(x, weight, bias, eps, *plan)
 
 
 def check_output_basics(out, x, what):
@@ -415,9 +418,47 @@ def test_plan_cluster(ops, rng, dtype, cluster):
     assert (2, 128, cluster) not in refused, f"even the smallest plan was refused; refused: {refused}"
 
 
+def stream_fits(slice_vectors, stages, tensors=1):
+    """Whether a stream plan's stages fit in a CTA's shared memory (the kernel keeps 4 KB spare)."""
+    optin = getattr(torch.cuda.get_device_properties(0), "shared_memory_per_block_optin", 227 * 1024)
+    return stages * tensors * slice_vectors * 16 + 4096 <= optin
+
+
+@pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
+@pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
+def test_plan_stream(ops, rng, dtype, cluster):
+    """The stream kernel at every cluster size and pipeline depth: instances filling a CTA's
+    slice partly, wholly and barely, and more instances than resident clusters so that every
+    cluster goes round its ring of stages several times. Stages that do not fit in shared
+    memory must raise RuntimeError, as must instances too big or not whole vectors."""
+    if not has_clusters():
+        pytest.skip("the stream kernel needs sm_90+")
+    vec = 16 // dtype.itemsize
+    capacity = 8 * 512 * cluster  # vectors
+    for stages in (1, 2, 3, 4):
+        plan = (8, 512, cluster, stages)
+        for vectors in (rng.randint(capacity // 2 + 1, capacity), capacity, rng.randint(1, 64)):
+            hw = vectors * vec
+            most = max(2, min(600, (48 << 20) // (hw * dtype.itemsize)))
+            n = rng.randint(1, 3)
+            c = rng.randint(max(1, most // (2 * n)), max(1, most // n))
+            x = with_layout(make_input((n, c) + split_hw(hw, rng), dtype, rng), rng.choice(LAYOUTS))
+            what = f"plan={plan} {dtype} shape={tuple(x.shape)}"
+            if not stream_fits(-(-vectors // cluster), stages):
+                with pytest.raises(RuntimeError):
+                    run_ops(ops, x, None, None, 1e-5, plan)
+                continue
+            weight, bias = random_affine(c, dtype, rng)
+            check_plan(ops, x, weight, bias, 1e-5, plan, what)
+        for hw in ((capacity + 1) * vec, capacity * vec - 1):  # too big; not whole vectors
+            x = make_input((1, 2) + split_hw(hw, rng), dtype, rng)
+            with pytest.raises(RuntimeError):
+                run_ops(ops, x, None, None, 1e-5, plan)
+
+
 def test_plan_float64_only_multi_cta(ops, rng):
     x = make_input((2, 3, 5, 7), torch.float64, rng)
-    for plan in [(2, 32, 1), (8, 256, 1), (2, 128, 2)]:
+    for plan in [(2, 32, 1), (8, 256, 1), (2, 128, 2), (8, 512, 2, 1)]:
         with pytest.raises(RuntimeError):
             run_ops(ops, x, None, None, 1e-5, plan)
 

@@ -123,7 +123,32 @@ def plans_for(shape, dtype):
                     continue
                 if slots <= k * g * cs < 2 * slots + 64:
                     plans.append((k, g, cs))
+    if m % vec == 0 and major >= 9:  # the stream kernel, one and two stages (x and dy per stage)
+        for cs in (1, 2, 4, 8, 16):
+            slice_vectors = -(-(m // vec) // cs)
+            for stages in (1, 2):
+                if slice_vectors <= 8 * 512 and stages * 2 * slice_vectors * 16 + 4096 <= 227 * 1024:
+                    plans.append((8, 512, cs, stages))
     return plans
+
+
+def check_backward_plans(ops, x, dy, w, plans, seed):
+    """Every plan's dx and per-instance sums against float64 autograd; dx poisoned first."""
+    n, c = x.shape[:2]
+    _, stats = ops.forward(x, w, None, 1e-5)
+    ref = reference_grads(x, dy, w, torch.zeros_like(w), 1e-5)
+    for plan in plans:
+        poisoned = torch.full_like(x, float("nan"))  # recycled by the allocator for dx if anything stays unwritten
+        del poisoned
+        dx, sums = ops.backward_with_plan(dy, x, w, stats, *plan)
+        assert not torch.isnan(dx).any(), f"plan {plan} left elements unwritten, seed={seed}"
+        err = (dx.double() - ref[0]).abs().max().item() / max(1.0, ref[0].abs().max().item())
+        assert err < GRAD_TOL[x.dtype], f"plan {plan} err {err} seed={seed}"
+        dw = sums[1].view(n, c).sum(0)
+        db = sums[0].view(n, c).sum(0)
+        scale = GRAD_TOL[x.dtype] * 10
+        assert torch.allclose(dw.double(), ref[1], atol=scale * max(1, ref[1].abs().max().item())), f"plan {plan}"
+        assert torch.allclose(db.double(), ref[2], atol=scale * max(1, ref[2].abs().max().item())), f"plan {plan}"
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 37, 41), (1, 2, 128, 127), (2, 2, 256, 256)])
@@ -131,21 +156,27 @@ def plans_for(shape, dtype):
 def test_backward_every_plan(im, shape, dtype):
     ops = im.load_extension()
     gen, seed = fresh_generator()
-    c = shape[1]
     x = (torch.randn(shape, device="cuda", generator=gen) + 5).to(dtype)
     dy = torch.randn(shape, device="cuda", generator=gen).to(dtype)
-    w = torch.randn(c, device="cuda", generator=gen)
-    _, stats = ops.forward(x, w, None, 1e-5)
-    ref = reference_grads(x, dy, w, torch.zeros_like(w), 1e-5)
-    for k, g, cs in plans_for(shape, dtype):
-        poisoned = torch.full_like(x, float("nan"))  # recycled by the allocator for dx if anything stays unwritten
-        del poisoned
-        dx, sums = ops.backward_with_plan(dy, x, w, stats, k, g, cs)
-        assert not torch.isnan(dx).any(), f"plan {(k, g, cs)} left elements unwritten, seed={seed}"
-        err = (dx.double() - ref[0]).abs().max().item() / max(1.0, ref[0].abs().max().item())
-        assert err < GRAD_TOL[dtype], f"plan {(k, g, cs)} err {err} seed={seed}"
-        dw = sums[1].view(shape[0], c).sum(0)
-        assert torch.allclose(dw.double(), ref[1], atol=GRAD_TOL[dtype] * 10 * max(1, ref[1].abs().max().item()))
+    w = torch.randn(shape[1], device="cuda", generator=gen)
+    check_backward_plans(ops, x, dy, w, plans_for(shape, dtype), seed)
+
+
+@pytest.mark.parametrize("shape", [(3, 130, 64, 64), (4, 16, 512, 512)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_backward_stream_many_instances(im, shape, dtype):
+    """The stream backward with more instances than resident clusters, so that each cluster
+    goes round its stages several times."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the stream kernel needs sm_90+")
+    ops = im.load_extension()
+    gen, seed = fresh_generator()
+    x = (torch.randn(shape, device="cuda", generator=gen) * 3 - 2).to(dtype)
+    dy = torch.randn(shape, device="cuda", generator=gen).to(dtype)
+    w = torch.randn(shape[1], device="cuda", generator=gen)
+    plans = [p for p in plans_for(shape, dtype) if len(p) == 4]
+    assert plans, "no stream plan for a whole-vector instance"
+    check_backward_plans(ops, x, dy, w, plans, seed)
 
 
 def test_backward_is_deterministic(im):
