@@ -82,6 +82,7 @@ def main():
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--top", type=int, default=8)
     parser.add_argument("--backward", action="store_true", help="tune backward_with_plan instead")
+    parser.add_argument("--match", default="", help="only plans whose name contains one of these (comma list)")
     args = parser.parse_args()
     ops = instance_norm.load_extension()
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
@@ -119,6 +120,8 @@ def main():
                   f"floor={floor:.4f} ms", flush=True)
             rows = []
             for plan in candidate_plans(m, vec):
+                if args.match and not any(part in plan_name(plan) for part in args.match.split(",")):
+                    continue
                 try:
                     y, _ = run(plan)
                     err = (y.float() - ref.float()).abs().max().item()
