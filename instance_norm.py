@@ -884,7 +884,6 @@ struct SlicePipeline {
   __device__ void issue(int stage, const void* const (&src)[kTensors], unsigned bytes) const {
 #if IN_HAS_CLUSTERS
     const unsigned bar = shared_address(full + stage);
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // after the threads' reads of the stage
     asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
                  "r"(bytes * kTensors)
                  : "memory");
@@ -934,10 +933,12 @@ __device__ __forceinline__ StreamGeometry stream_geometry(int64_t instance_size,
   return g;
 }
 
-// Partials travel between the CTAs of a cluster as 16-byte st.async writes into slot [parity][rank]
-// of each peer, completing on the peer's mbarrier arrived[parity]. A slot is safe to overwrite:
-// a peer can send instance i + 2 only after finishing instance i + 1, which needed this CTA's
-// partial of i + 1, sent after this CTA had read its slots of instance i.
+// Partials travel between the CTAs of a cluster as 16-byte st.async writes into slot
+// [i % kSlots][rank] of each peer, completing on the peer's mbarrier arrived[i % kSlots]. The
+// forward sends instance i + 1 before it receives instance i, so a peer may send instance i + 3
+// while this CTA has yet to read its slots of instance i: four slots keep them apart.
+constexpr int kSlots = 4;
+
 template <typename P>
 union PartialBits {
   P partial;
@@ -946,14 +947,14 @@ union PartialBits {
 
 template <typename P>
 struct PartialExchange {
-  uint4 (*slots)[kMaxCluster];  // [2][kMaxCluster]
-  unsigned long long* arrived;  // [2]
+  uint4 (*slots)[kMaxCluster];  // [kSlots][kMaxCluster]
+  unsigned long long* arrived;  // [kSlots]
 
   // Thread 0, before the cluster barrier that precedes the first send.
   __device__ void init() const {
 #if IN_HAS_CLUSTERS
-    for (int parity = 0; parity < 2; ++parity) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(arrived + parity)) : "memory");
+    for (int slot = 0; slot < kSlots; ++slot) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(arrived + slot)) : "memory");
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #endif
@@ -962,10 +963,10 @@ struct PartialExchange {
   __device__ void send(const P& partial, int64_t iteration, const StreamGeometry& g) const {
 #if IN_HAS_CLUSTERS
     static_assert(sizeof(P) <= sizeof(uint4), "a partial travels as one 16-byte write");
-    const int parity = static_cast<int>(iteration & 1);
+    const int slot = static_cast<int>(iteration % kSlots);
     if (threadIdx.x == 0) {
       asm volatile("mbarrier.arrive.expect_tx.relaxed.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                       shared_address(arrived + parity)),
+                       shared_address(arrived + slot)),
                    "r"(static_cast<unsigned>(g.cluster_size * sizeof(uint4)))
                    : "memory");
     }
@@ -973,27 +974,27 @@ struct PartialExchange {
       PartialBits<P> u;
       u.bits = make_uint4(0, 0, 0, 0);
       u.partial = partial;
-      unsigned slot, bar;
+      unsigned remote_slot, remote_bar;
       asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                   : "=r"(slot)
-                   : "r"(shared_address(&slots[parity][g.rank])), "r"(static_cast<unsigned>(threadIdx.x)));
+                   : "=r"(remote_slot)
+                   : "r"(shared_address(&slots[slot][g.rank])), "r"(static_cast<unsigned>(threadIdx.x)));
       asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                   : "=r"(bar)
-                   : "r"(shared_address(arrived + parity)), "r"(static_cast<unsigned>(threadIdx.x)));
+                   : "=r"(remote_bar)
+                   : "r"(shared_address(arrived + slot)), "r"(static_cast<unsigned>(threadIdx.x)));
       asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
-                       slot),
-                   "r"(u.bits.x), "r"(u.bits.y), "r"(u.bits.z), "r"(u.bits.w), "r"(bar)
+                       remote_slot),
+                   "r"(u.bits.x), "r"(u.bits.y), "r"(u.bits.z), "r"(u.bits.w), "r"(remote_bar)
                    : "memory");
     }
 #endif
   }
   // Every thread: the cluster's partials merged in rank order.
   __device__ P receive(int64_t iteration, const StreamGeometry& g) const {
-    const int parity = static_cast<int>(iteration & 1);
-    wait_parity(arrived + parity, static_cast<unsigned>((iteration >> 1) & 1));
+    const int slot = static_cast<int>(iteration % kSlots);
+    wait_parity(arrived + slot, static_cast<unsigned>((iteration / kSlots) & 1));
     const int lane = threadIdx.x & (kWarpSize - 1);
     PartialBits<P> u;
-    u.bits = lane < g.cluster_size ? slots[parity][lane] : make_uint4(0, 0, 0, 0);
+    u.bits = lane < g.cluster_size ? slots[slot][lane] : make_uint4(0, 0, 0, 0);
     return warp_reduce(lane < g.cluster_size ? u.partial : P{});
   }
 };
@@ -1016,6 +1017,19 @@ __device__ __forceinline__ P cta_reduce_to_warp0(P s, P* warp_partials) {
   return s;
 }
 
+// The V vectors a thread owns in a slice: vector threadIdx.x + k * kStreamThreads.
+template <int V>
+__device__ __forceinline__ void load_slice(uint4 (&raw)[V], const uint4* slice, int vectors) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int v = threadIdx.x + k * kStreamThreads;
+    raw[k] = v < vectors ? slice[v] : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// The forward runs one instance ahead: it sends the statistics of instance i + 1 before it waits
+// for the cluster's statistics of instance i, so that exchange overlaps the normalization of i.
+// Both instances stay in shared memory (stages >= 2); the slice is read from it twice.
 template <typename T, int V>
 __global__ void __launch_bounds__(kStreamThreads, 1)
 stream_kernel(Params<T> p, int stages, int slice_vectors) {
@@ -1024,8 +1038,8 @@ stream_kernel(Params<T> p, int stages, int slice_vectors) {
   extern __shared__ uint4 stream_storage[];
   __shared__ unsigned long long full[kStreamMaxStages];
   __shared__ Stats<acc_t> warp_partials[kStreamThreads / kWarpSize];
-  __shared__ uint4 slots[2][kMaxCluster];
-  __shared__ unsigned long long arrived[2];
+  __shared__ uint4 slots[kSlots][kMaxCluster];
+  __shared__ unsigned long long arrived[kSlots];
 
   const StreamGeometry g = stream_geometry<T>(p.instance_size, slice_vectors);
   const PartialExchange<Stats<acc_t>> exchange{slots, arrived};
@@ -1036,47 +1050,46 @@ stream_kernel(Params<T> p, int stages, int slice_vectors) {
     exchange.init();
   }
   start_cluster();  // barriers initialized everywhere before any copy or send
+  auto instance_of = [&](int64_t iteration) { return g.cluster_id + iteration * g.clusters; };
   auto issue = [&](int64_t iteration) {
-    const int64_t instance = g.cluster_id + iteration * g.clusters;
-    if (instance >= p.num_instances) return;
-    const void* const src[1] = {p.x + instance * p.instance_size + g.begin};
+    if (instance_of(iteration) >= p.num_instances) return;
+    const void* const src[1] = {p.x + instance_of(iteration) * p.instance_size + g.begin};
     pipe.issue<1>(static_cast<int>(iteration % stages), src, bytes);
   };
+  const int first = threadIdx.x * kVec;
+  const int stride = kStreamThreads * kVec;
+  auto send_stats = [&](int64_t iteration) {
+    const int stage = static_cast<int>(iteration % stages);
+    pipe.wait(stage, static_cast<unsigned>((iteration / stages) & 1));
+    uint4 raw[V];
+    load_slice<V>(raw, pipe.slice(stage, 0), g.vectors);
+    const Stats<acc_t> s = cta_reduce_to_warp0(thread_stats<T, V>(raw, first, stride, 0, g.count), warp_partials);
+    if (threadIdx.x < kWarpSize) exchange.send(s, iteration, g);
+  };
+
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) issue(s);
   }
+  if (instance_of(0) < p.num_instances) send_stats(0);
   const acc_t inv_size = acc_t(1) / static_cast<acc_t>(p.instance_size);
-  for (int64_t it = 0;; ++it) {
-    const int64_t instance = g.cluster_id + it * g.clusters;
-    if (instance >= p.num_instances) break;
-    const int stage = static_cast<int>(it % stages);
-    pipe.wait(stage, static_cast<unsigned>((it / stages) & 1));
-    const uint4* held = pipe.slice(stage, 0);
-    uint4 raw[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const int v = threadIdx.x + k * kStreamThreads;
-      raw[k] = v < g.vectors ? held[v] : make_uint4(0, 0, 0, 0);
-    }
-    const int first = threadIdx.x * kVec;
-    const int stride = kStreamThreads * kVec;
-    Stats<acc_t> s = thread_stats<T, V>(raw, first, stride, 0, g.count);
-    s = cta_reduce_to_warp0(s, warp_partials);  // its __syncthreads also frees the stage
-    if (threadIdx.x == 0) issue(it + stages);
-    if (threadIdx.x < kWarpSize) exchange.send(s, it, g);
-    s = exchange.receive(it, g);
-
-    const acc_t mean = s.mean;
+  for (int64_t it = 0; instance_of(it) < p.num_instances; ++it) {
+    if (instance_of(it + 1) < p.num_instances) send_stats(it + 1);
+    const Stats<acc_t> s = exchange.receive(it, g);
+    const int64_t instance = instance_of(it);
     const acc_t rstd = rsqrt(s.m2 * inv_size + p.eps);
     const int64_t channel = instance % p.channels;
     const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
     const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
-    store_whole_vectors<T, V>(raw, p.y + instance * p.instance_size + g.begin, first, stride, 0, g.count, mean,
+    uint4 raw[V];
+    load_slice<V>(raw, pipe.slice(static_cast<int>(it % stages), 0), g.vectors);
+    store_whole_vectors<T, V>(raw, p.y + instance * p.instance_size + g.begin, first, stride, 0, g.count, s.mean,
                               scale, shift);
     if (g.rank == 0 && threadIdx.x == 0) {
-      p.stats[instance] = mean;
+      p.stats[instance] = s.mean;
       p.stats[p.num_instances + instance] = rstd;
     }
+    __syncthreads();  // every thread is done with the stage of instance i: refill it
+    if (threadIdx.x == 0) issue(it + stages);
   }
   // A CTA exits only after receiving every peer's last partial, and sends nothing after that.
 }
@@ -1089,8 +1102,8 @@ stream_backward_kernel(BackwardParams<T> p, int stages, int slice_vectors) {
   extern __shared__ uint4 stream_storage[];
   __shared__ unsigned long long full[kStreamMaxStages];
   __shared__ Sums<acc_t> warp_partials[kStreamThreads / kWarpSize];
-  __shared__ uint4 slots[2][kMaxCluster];
-  __shared__ unsigned long long arrived[2];
+  __shared__ uint4 slots[kSlots][kMaxCluster];
+  __shared__ unsigned long long arrived[kSlots];
 
   const StreamGeometry g = stream_geometry<T>(p.instance_size, slice_vectors);
   const PartialExchange<Sums<acc_t>> exchange{slots, arrived};
@@ -1116,15 +1129,9 @@ stream_backward_kernel(BackwardParams<T> p, int stages, int slice_vectors) {
     if (instance >= p.num_instances) break;
     const int stage = static_cast<int>(it % stages);
     pipe.wait(stage, static_cast<unsigned>((it / stages) & 1));
-    const uint4* held_x = pipe.slice(stage, 0);
-    const uint4* held_dy = pipe.slice(stage, 1);
     uint4 xr[V], gr[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const int v = threadIdx.x + k * kStreamThreads;
-      xr[k] = v < g.vectors ? held_x[v] : make_uint4(0, 0, 0, 0);
-      gr[k] = v < g.vectors ? held_dy[v] : make_uint4(0, 0, 0, 0);
-    }
+    load_slice<V>(xr, pipe.slice(stage, 0), g.vectors);
+    load_slice<V>(gr, pipe.slice(stage, 1), g.vectors);
     const acc_t mean = p.stats[instance];
     const acc_t rstd = p.stats[p.num_instances + instance];
     const int first = threadIdx.x * kVec;
@@ -1332,7 +1339,7 @@ Plan choose_stream_plan(int64_t instance_size, int tensors) {
   if (vec < 4 || instance_size % vec != 0 || device_info().major < 9) return {0, 0, 0};
   for (int cs = 1; cs <= kMaxCluster; cs *= 2) {
     if (stream_slice_vectors(instance_size, vec, cs) > kStreamVectors * kStreamThreads) continue;
-    for (int stages = kStreamMaxStages; stages >= 1; --stages) {
+    for (int stages = kStreamMaxStages; stages >= (tensors == 1 ? 2 : 1); --stages) {
       const Plan plan{cs, kStreamVectors, kStreamThreads, stages};
       if (stream_resident_clusters<T>(plan, instance_size, tensors) > 0) return plan;
     }
@@ -1395,8 +1402,9 @@ void check_plan(const Plan& plan, int64_t instance_size, int max_threads, int te
                   plan.cluster_size == 8 || plan.cluster_size == 16,
               "instance_norm: cluster_size must be 0, 1, 2, 4, 8 or 16");
   if (plan.stages > 0) {
-    IN_CHECK(plan.stages <= kStreamMaxStages, "instance_norm: a stream plan takes 1 to ",
-             std::to_string(kStreamMaxStages), " stages");
+    const int min_stages = tensors == 1 ? 2 : 1;  // the forward holds two instances
+    IN_CHECK(plan.stages >= min_stages && plan.stages <= kStreamMaxStages, "instance_norm: this stream plan takes ",
+             std::to_string(min_stages), " to ", std::to_string(kStreamMaxStages), " stages");
     IN_CHECK(plan.vectors_per_thread == kStreamVectors && G == kStreamThreads,
              "instance_norm: a stream plan takes vectors_per_thread=", std::to_string(kStreamVectors),
              " and threads_per_instance=", std::to_string(kStreamThreads));
