@@ -1029,7 +1029,8 @@ __device__ __forceinline__ void load_slice(uint4 (&raw)[V], const uint4* slice, 
 
 // The forward runs one instance ahead: it sends the statistics of instance i + 1 before it waits
 // for the cluster's statistics of instance i, so that exchange overlaps the normalization of i.
-// Both instances stay in shared memory (stages >= 2); the slice is read from it twice.
+// A thread keeps its vectors of both instances in registers, so a stage is refilled as soon as its
+// instance has been read, and all `stages` buffers prefetch instances not yet started.
 template <typename T, int V>
 __global__ void __launch_bounds__(kStreamThreads, 1)
 stream_kernel(Params<T> p, int stages, int slice_vectors) {
@@ -1037,7 +1038,7 @@ stream_kernel(Params<T> p, int stages, int slice_vectors) {
   constexpr int kVec = Elem<T>::kVec;
   extern __shared__ uint4 stream_storage[];
   __shared__ unsigned long long full[kStreamMaxStages];
-  __shared__ Stats<acc_t> warp_partials[kStreamThreads / kWarpSize];
+  __shared__ Stats<acc_t> warp_partials[2][kStreamThreads / kWarpSize];  // by instance parity
   __shared__ uint4 slots[kSlots][kMaxCluster];
   __shared__ unsigned long long arrived[kSlots];
 
@@ -1058,38 +1059,40 @@ stream_kernel(Params<T> p, int stages, int slice_vectors) {
   };
   const int first = threadIdx.x * kVec;
   const int stride = kStreamThreads * kVec;
-  auto send_stats = [&](int64_t iteration) {
+  // Takes instance `iteration` out of its stage into `raw`, refills the stage, sends the statistics.
+  auto take_and_send = [&](int64_t iteration, uint4 (&raw)[V]) {
     const int stage = static_cast<int>(iteration % stages);
     pipe.wait(stage, static_cast<unsigned>((iteration / stages) & 1));
-    uint4 raw[V];
     load_slice<V>(raw, pipe.slice(stage, 0), g.vectors);
-    const Stats<acc_t> s = cta_reduce_to_warp0(thread_stats<T, V>(raw, first, stride, 0, g.count), warp_partials);
+    const Stats<acc_t> s = cta_reduce_to_warp0(thread_stats<T, V>(raw, first, stride, 0, g.count),
+                                               warp_partials[iteration & 1]);
+    if (threadIdx.x == 0) issue(iteration + stages);  // the reduction's __syncthreads freed the stage
     if (threadIdx.x < kWarpSize) exchange.send(s, iteration, g);
   };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) issue(s);
   }
-  if (instance_of(0) < p.num_instances) send_stats(0);
+  uint4 next[V];
+  if (instance_of(0) < p.num_instances) take_and_send(0, next);
   const acc_t inv_size = acc_t(1) / static_cast<acc_t>(p.instance_size);
   for (int64_t it = 0; instance_of(it) < p.num_instances; ++it) {
-    if (instance_of(it + 1) < p.num_instances) send_stats(it + 1);
+    uint4 raw[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) raw[k] = next[k];
+    if (instance_of(it + 1) < p.num_instances) take_and_send(it + 1, next);
     const Stats<acc_t> s = exchange.receive(it, g);
     const int64_t instance = instance_of(it);
     const acc_t rstd = rsqrt(s.m2 * inv_size + p.eps);
     const int64_t channel = instance % p.channels;
     const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
     const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
-    uint4 raw[V];
-    load_slice<V>(raw, pipe.slice(static_cast<int>(it % stages), 0), g.vectors);
     store_whole_vectors<T, V>(raw, p.y + instance * p.instance_size + g.begin, first, stride, 0, g.count, s.mean,
                               scale, shift);
     if (g.rank == 0 && threadIdx.x == 0) {
       p.stats[instance] = s.mean;
       p.stats[p.num_instances + instance] = rstd;
     }
-    __syncthreads();  // every thread is done with the stage of instance i: refill it
-    if (threadIdx.x == 0) issue(it + stages);
   }
   // A CTA exits only after receiving every peer's last partial, and sends nothing after that.
 }
@@ -1339,7 +1342,7 @@ Plan choose_stream_plan(int64_t instance_size, int tensors) {
   if (vec < 4 || instance_size % vec != 0 || device_info().major < 9) return {0, 0, 0};
   for (int cs = 1; cs <= kMaxCluster; cs *= 2) {
     if (stream_slice_vectors(instance_size, vec, cs) > kStreamVectors * kStreamThreads) continue;
-    for (int stages = kStreamMaxStages; stages >= (tensors == 1 ? 2 : 1); --stages) {
+    for (int stages = kStreamMaxStages; stages >= 1; --stages) {
       const Plan plan{cs, kStreamVectors, kStreamThreads, stages};
       if (stream_resident_clusters<T>(plan, instance_size, tensors) > 0) return plan;
     }
@@ -1402,9 +1405,8 @@ void check_plan(const Plan& plan, int64_t instance_size, int max_threads, int te
                   plan.cluster_size == 8 || plan.cluster_size == 16,
               "instance_norm: cluster_size must be 0, 1, 2, 4, 8 or 16");
   if (plan.stages > 0) {
-    const int min_stages = tensors == 1 ? 2 : 1;  // the forward holds two instances
-    IN_CHECK(plan.stages >= min_stages && plan.stages <= kStreamMaxStages, "instance_norm: this stream plan takes ",
-             std::to_string(min_stages), " to ", std::to_string(kStreamMaxStages), " stages");
+    IN_CHECK(plan.stages <= kStreamMaxStages, "instance_norm: a stream plan takes 1 to ",
+             std::to_string(kStreamMaxStages), " stages");
     IN_CHECK(plan.vectors_per_thread == kStreamVectors && G == kStreamThreads,
              "instance_norm: a stream plan takes vectors_per_thread=", std::to_string(kStreamVectors),
              " and threads_per_instance=", std::to_string(kStreamThreads));
