@@ -177,7 +177,8 @@ template <typename acc_t> struct Stats {
 template <typename acc_t>
 __device__ __forceinline__ Stats<acc_t> merge(const Stats<acc_t>& a, const Stats<acc_t>& b) {
   const acc_t n = a.n + b.n;
-  const acc_t wb = n > acc_t(0) ? b.n / n : acc_t(0);
+  // Merging two empty partials divides 0 by 1, not 0 by 0, which would take the division's slow path.
+  const acc_t wb = b.n / (n > acc_t(1) ? n : acc_t(1));
   const acc_t delta = b.mean - a.mean;
   return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb, n};
 }
@@ -1017,6 +1018,33 @@ __device__ __forceinline__ P cta_reduce_to_warp0(P s, P* warp_partials) {
   return s;
 }
 
+// Bulk stores shared -> global through the copy engine, tracked per issuing thread.
+__device__ __forceinline__ void async_proxy_fence() {
+#if IN_HAS_CLUSTERS
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, unsigned bytes) {
+#if IN_HAS_CLUSTERS
+  if (bytes == 0) return;
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(shared_address(src)),
+               "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+#if IN_HAS_CLUSTERS
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_wait_all() {
+#if IN_HAS_CLUSTERS
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
+
 // The V vectors a thread owns in a slice: vector threadIdx.x + k * kStreamThreads.
 template <int V>
 __device__ __forceinline__ void load_slice(uint4 (&raw)[V], const uint4* slice, int vectors) {
@@ -1027,10 +1055,32 @@ __device__ __forceinline__ void load_slice(uint4 (&raw)[V], const uint4* slice, 
   }
 }
 
+// y = (x - mean) * scale + shift for the vectors a thread owns, into a slice buffer.
+template <typename T, int V>
+__device__ __forceinline__ void normalize_slice(const uint4 (&raw)[V], uint4* out, int vectors,
+                                                typename Elem<T>::acc mean, typename Elem<T>::acc scale,
+                                                typename Elem<T>::acc shift) {
+  using acc_t = typename Elem<T>::acc;
+  constexpr int kVec = Elem<T>::kVec;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int v = threadIdx.x + k * kStreamThreads;
+    if (v < vectors) {
+      acc_t y[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) y[j] = (Elem<T>::get(raw[k], j) - mean) * scale + shift;
+      out[v] = Elem<T>::pack(y);
+    }
+  }
+}
+
 // The forward runs one instance ahead: it sends the statistics of instance i + 1 before it waits
-// for the cluster's statistics of instance i, so that exchange overlaps the normalization of i.
-// A thread keeps its vectors of both instances in registers, so a stage is refilled as soon as its
-// instance has been read, and all `stages` buffers prefetch instances not yet started.
+// for the cluster's statistics of instance i, so the exchange overlaps the normalization of i.
+// A thread holds its vectors of both instances in registers. Each of the `stages` (>= 2) buffers
+// cycles through: loaded with an instance (bulk copy), taken into registers, filled with the
+// previous instance's output, written out by a bulk store, and loaded again once that store has
+// read it. The output leaves through the copy engine too, so no thread stalls on its stores and
+// the cluster's CTAs keep in step.
 template <typename T, int V>
 __global__ void __launch_bounds__(kStreamThreads, 1)
 stream_kernel(Params<T> p, int stages, int slice_vectors) {
@@ -1059,14 +1109,13 @@ stream_kernel(Params<T> p, int stages, int slice_vectors) {
   };
   const int first = threadIdx.x * kVec;
   const int stride = kStreamThreads * kVec;
-  // Takes instance `iteration` out of its stage into `raw`, refills the stage, sends the statistics.
+  // Takes instance `iteration` out of its buffer into `raw` and sends the statistics.
   auto take_and_send = [&](int64_t iteration, uint4 (&raw)[V]) {
     const int stage = static_cast<int>(iteration % stages);
     pipe.wait(stage, static_cast<unsigned>((iteration / stages) & 1));
     load_slice<V>(raw, pipe.slice(stage, 0), g.vectors);
     const Stats<acc_t> s = cta_reduce_to_warp0(thread_stats<T, V>(raw, first, stride, 0, g.count),
                                                warp_partials[iteration & 1]);
-    if (threadIdx.x == 0) issue(iteration + stages);  // the reduction's __syncthreads freed the stage
     if (threadIdx.x < kWarpSize) exchange.send(s, iteration, g);
   };
 
@@ -1087,13 +1136,23 @@ stream_kernel(Params<T> p, int stages, int slice_vectors) {
     const int64_t channel = instance % p.channels;
     const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
     const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
-    store_whole_vectors<T, V>(raw, p.y + instance * p.instance_size + g.begin, first, stride, 0, g.count, s.mean,
-                              scale, shift);
-    if (g.rank == 0 && threadIdx.x == 0) {
-      p.stats[instance] = s.mean;
-      p.stats[p.num_instances + instance] = rstd;
+    // The output goes into the buffer just taken (or, after the last take, one whose store has
+    // been read: thread 0 waited for that before the previous iteration's barrier).
+    uint4* out = pipe.slice(static_cast<int>((it + 1) % stages), 0);
+    normalize_slice<T, V>(raw, out, g.vectors, s.mean, scale, shift);
+    async_proxy_fence();  // the bulk store reads what this thread wrote
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      bulk_store(p.y + instance * p.instance_size + g.begin, out, bytes);
+      bulk_wait_read<1>();  // the previous iteration's store has read its buffer: reload it
+      issue(it + stages);
+      if (g.rank == 0) {
+        p.stats[instance] = s.mean;
+        p.stats[p.num_instances + instance] = rstd;
+      }
     }
   }
+  if (threadIdx.x == 0) bulk_wait_all();
   // A CTA exits only after receiving every peer's last partial, and sends nothing after that.
 }
 
@@ -1342,7 +1401,7 @@ Plan choose_stream_plan(int64_t instance_size, int tensors) {
   if (vec < 4 || instance_size % vec != 0 || device_info().major < 9) return {0, 0, 0};
   for (int cs = 1; cs <= kMaxCluster; cs *= 2) {
     if (stream_slice_vectors(instance_size, vec, cs) > kStreamVectors * kStreamThreads) continue;
-    for (int stages = kStreamMaxStages; stages >= 1; --stages) {
+    for (int stages = kStreamMaxStages; stages >= (tensors == 1 ? 2 : 1); --stages) {
       const Plan plan{cs, kStreamVectors, kStreamThreads, stages};
       if (stream_resident_clusters<T>(plan, instance_size, tensors) > 0) return plan;
     }
@@ -1405,8 +1464,9 @@ void check_plan(const Plan& plan, int64_t instance_size, int max_threads, int te
                   plan.cluster_size == 8 || plan.cluster_size == 16,
               "instance_norm: cluster_size must be 0, 1, 2, 4, 8 or 16");
   if (plan.stages > 0) {
-    IN_CHECK(plan.stages <= kStreamMaxStages, "instance_norm: a stream plan takes 1 to ",
-             std::to_string(kStreamMaxStages), " stages");
+    const int min_stages = tensors == 1 ? 2 : 1;  // the forward's buffers hold an input and an output
+    IN_CHECK(plan.stages >= min_stages && plan.stages <= kStreamMaxStages, "instance_norm: this stream plan takes ",
+             std::to_string(min_stages), " to ", std::to_string(kStreamMaxStages), " stages");
     IN_CHECK(plan.vectors_per_thread == kStreamVectors && G == kStreamThreads,
              "instance_norm: a stream plan takes vectors_per_thread=", std::to_string(kStreamVectors),
              " and threads_per_instance=", std::to_string(kStreamThreads));

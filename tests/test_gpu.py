@@ -444,7 +444,7 @@ def test_plan_stream(ops, rng, dtype, cluster):
             c = rng.randint(max(1, most // (2 * n)), max(1, most // n))
             x = with_layout(make_input((n, c) + split_hw(hw, rng), dtype, rng), rng.choice(LAYOUTS))
             what = f"plan={plan} {dtype} shape={tuple(x.shape)}"
-            if not stream_fits(-(-vectors // cluster), stages):
+            if stages == 1 or not stream_fits(-(-vectors // cluster), stages):  # the forward needs 2
                 with pytest.raises(RuntimeError):
                     run_ops(ops, x, None, None, 1e-5, plan)
                 continue
