@@ -34,36 +34,83 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-_CUDA_SOURCE = r"""
+_INTERFACE = r"""
 // =====================================================================================
-// Shared helpers
+// Interface between the kernel translation unit (CUDA, no ATen) and the host one (ATen)
 // =====================================================================================
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
-#include <cooperative_groups.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <mutex>
-#include <map>
-#include <string>
-#include <tuple>
+#include <cstdint>
+#include <cuda_runtime_api.h>
 
-namespace cg = cooperative_groups;
-
-// Formatted TORCH_CHECK messages go through c10's out-of-line torchCheckFail(std::string), which
-// crashed this extension on the H100 image (torch 2.11); TORCH_CHECK_WITH throws the same
-// c10::Error (a Python RuntimeError) from inline code.
-#define IN_CHECK(cond, ...) TORCH_CHECK_WITH(Error, cond, __VA_ARGS__)
-
-namespace {
+namespace INSTANCE_NORM_NS {
 
 constexpr int kWarpSize = 32;
 constexpr int kMaxBlock = 1024;
+constexpr int kBackwardMaxBlock = 512;  // two held tensors' addressing needs more than 64 registers
+constexpr int kMaxCluster = 16;
+constexpr int kStreamThreads = 512;
+constexpr int kStreamVectors = 8;       // V: a stream CTA's slice is up to 512 * 8 vectors (64 KB)
+constexpr int kStreamMaxStages = 4;
+
+enum class DType : int { kFloat, kHalf, kBFloat16, kDouble };
+enum class Pass : int { kForward, kBackward };
+
+// Which kernel serves a call: cluster_size 0 is multi_cta; stages > 0 the stream kernel; otherwise
+// the on-chip kernel with K vectors per thread, G threads per instance, CS CTAs per instance.
+struct Plan {
+  int cluster_size;
+  int vectors_per_thread;   // K (V for stream plans)
+  int threads_per_instance; // G
+  int stages = 0;
+};
+
+// One call's tensors as raw pointers. Forward: x -> out (y), stats. Backward: x, dy, stats -> out
+// (dx), sums. weight and bias are accumulation-type vectors of C, or null.
+struct Problem {
+  DType dtype;
+  const void* x;
+  const void* dy;
+  void* out;
+  const void* weight;
+  const void* bias;
+  void* stats;
+  void* sums;
+  int64_t num_instances;
+  int64_t instance_size;
+  int64_t channels;
+  double eps;
+};
+
+// Grid, block and dynamic shared memory the host chose for an on-chip or stream plan.
+struct Launch {
+  unsigned grid;
+  int block;
+  int smem;
+  int slice_vectors;  // stream plans: one CTA's slice of an instance
+};
+
+// Defined in the kernel translation unit.
+const void* kernel_for(DType dtype, Pass pass, const Plan& plan);  // null: no such kernel
+int64_t chunks_per_instance(DType dtype, int64_t instance_size);   // multi_cta chunks
+int64_t chunk_partial_bytes(DType dtype, Pass pass);               // multi_cta workspace per chunk
+cudaError_t launch_kernel(const Plan& plan, Pass pass, const Problem& problem, const Launch& launch,
+                          void* workspace, cudaStream_t stream);
+
+}  // namespace INSTANCE_NORM_NS
+"""
+
+_KERNEL_SOURCE = r"""
+// =====================================================================================
+// Shared helpers
+// =====================================================================================
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace cg = cooperative_groups;
+
+namespace INSTANCE_NORM_NS {
+namespace {
+
 constexpr unsigned kFullMask = 0xffffffffu;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -695,7 +742,6 @@ __device__ __forceinline__ void store_boundary_grad(const T* x, const T* dy, T* 
   }
 }
 
-constexpr int kBackwardMaxBlock = 512;  // two held tensors' addressing needs more than 64 registers
 
 template <typename T, int K>
 __global__ void __launch_bounds__(kBackwardMaxBlock)
@@ -838,13 +884,12 @@ grad_chunks_kernel(BackwardParams<T> p, int64_t chunks_per_instance) {
 // result. A cluster barrier here measured 1.9x the copy time: its release semantics make every
 // thread wait until its global stores of the previous instance have landed.
 // =====================================================================================
-constexpr int kStreamThreads = 512;
-constexpr int kStreamMaxStages = 4;
-constexpr int kMaxCluster = 16;
 
+#if IN_HAS_CLUSTERS
 __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+#endif
 
 // Waits until the mbarrier's phase of this parity has completed (acquire: what completed it is visible).
 __device__ __forceinline__ void wait_parity(unsigned long long* bar, unsigned parity) {
@@ -1214,15 +1259,190 @@ stream_backward_kernel(BackwardParams<T> p, int stages, int slice_vectors) {
   }
 }
 
+
 // =====================================================================================
-// Host dispatch
+// Launch interface: what the host translation unit sees of the kernels (plain types)
 // =====================================================================================
-struct Plan {
-  int cluster_size;         // 0: multi_cta; 1: one CTA holds the instance; >1: a cluster does
-  int vectors_per_thread;   // K
-  int threads_per_instance; // G
-  int stages = 0;           // > 0: the stream kernel, with this many instances in flight per CTA
-};
+template <typename T>
+Params<T> forward_params(const Problem& pr) {
+  using acc_t = typename Elem<T>::acc;
+  Params<T> p;
+  p.x = static_cast<const T*>(pr.x);
+  p.y = static_cast<T*>(pr.out);
+  p.weight = static_cast<const acc_t*>(pr.weight);
+  p.bias = static_cast<const acc_t*>(pr.bias);
+  p.stats = static_cast<acc_t*>(pr.stats);
+  p.num_instances = pr.num_instances;
+  p.instance_size = pr.instance_size;
+  p.channels = pr.channels;
+  p.eps = static_cast<acc_t>(pr.eps);
+  return p;
+}
+
+template <typename T>
+BackwardParams<T> backward_params(const Problem& pr) {
+  using acc_t = typename Elem<T>::acc;
+  BackwardParams<T> p;
+  p.x = static_cast<const T*>(pr.x);
+  p.dy = static_cast<const T*>(pr.dy);
+  p.dx = static_cast<T*>(pr.out);
+  p.weight = static_cast<const acc_t*>(pr.weight);
+  p.stats = static_cast<const acc_t*>(pr.stats);
+  p.sums = static_cast<acc_t*>(pr.sums);
+  p.num_instances = pr.num_instances;
+  p.instance_size = pr.instance_size;
+  p.channels = pr.channels;
+  return p;
+}
+
+template <typename T>
+const void* typed_kernel_for(Pass pass, const Plan& plan) {
+  if constexpr (Elem<T>::kVec < 4) {
+    return nullptr;  // float64 runs only the multi_cta plan
+  } else {
+    const bool forward = pass == Pass::kForward;
+    if (plan.stages > 0) {
+      if (plan.vectors_per_thread != kStreamVectors) return nullptr;
+      return forward ? reinterpret_cast<const void*>(&stream_kernel<T, kStreamVectors>)
+                     : reinterpret_cast<const void*>(&stream_backward_kernel<T, kStreamVectors>);
+    }
+    switch (plan.vectors_per_thread) {
+      case 2: return forward ? reinterpret_cast<const void*>(&onchip_kernel<T, 2>)
+                             : reinterpret_cast<const void*>(&onchip_backward_kernel<T, 2>);
+      case 4: return forward ? reinterpret_cast<const void*>(&onchip_kernel<T, 4>)
+                             : reinterpret_cast<const void*>(&onchip_backward_kernel<T, 4>);
+      case 8: return forward ? reinterpret_cast<const void*>(&onchip_kernel<T, 8>)
+                             : reinterpret_cast<const void*>(&onchip_backward_kernel<T, 8>);
+    }
+    return nullptr;
+  }
+}
+
+int64_t grid_limit(int64_t units) { return units < (int64_t(1) << 22) ? units : int64_t(1) << 22; }
+
+template <typename T>
+int64_t typed_chunks_per_instance(int64_t instance_size) {
+  constexpr int64_t kChunk = int64_t(kChunkThreads) * kChunkVectorsPerThread * Elem<T>::kVec;
+  const int64_t head_max = instance_size % Elem<T>::kVec == 0 ? 0 : Elem<T>::kVec - 1;
+  return (instance_size + head_max + kChunk - 1) / kChunk;
+}
+
+// Partial statistics per chunk, then a per-instance merge, then the normalize (or dx) pass.
+template <typename T>
+cudaError_t launch_multi_cta(Pass pass, const Problem& pr, void* workspace, cudaStream_t stream) {
+  using acc_t = typename Elem<T>::acc;
+  const int64_t P = pr.num_instances;
+  const int64_t chunks = typed_chunks_per_instance<T>(pr.instance_size);
+  const int64_t grid = grid_limit(P * chunks);
+  const int64_t merge_grid = grid_limit((P + 7) / 8);
+  if (pass == Pass::kForward) {
+    const Params<T> p = forward_params<T>(pr);
+    auto* partials = static_cast<Stats<acc_t>*>(workspace);
+    chunk_stats_kernel<T><<<grid, kChunkThreads, 0, stream>>>(p, partials, chunks);
+    merge_chunks_kernel<T><<<merge_grid, 256, 0, stream>>>(p, partials, chunks);
+    normalize_chunks_kernel<T><<<grid, kChunkThreads, 0, stream>>>(p, chunks);
+  } else {
+    const BackwardParams<T> p = backward_params<T>(pr);
+    auto* partials = static_cast<Sums<acc_t>*>(workspace);
+    chunk_grad_sums_kernel<T><<<grid, kChunkThreads, 0, stream>>>(p, partials, chunks);
+    merge_grad_sums_kernel<T><<<merge_grid, 256, 0, stream>>>(p, partials, chunks);
+    grad_chunks_kernel<T><<<grid, kChunkThreads, 0, stream>>>(p, chunks);
+  }
+  return cudaGetLastError();
+}
+
+// On-chip kernels take (params, threads_per_instance, cluster_size); stream kernels take
+// (params, stages, slice_vectors). Clusters (and every stream plan) go through cudaLaunchKernelExC.
+template <typename T>
+cudaError_t typed_launch(const Plan& plan, Pass pass, const Problem& pr, const Launch& launch, void* workspace,
+                         cudaStream_t stream) {
+  if (plan.cluster_size == 0) return launch_multi_cta<T>(pass, pr, workspace, stream);
+  const void* kernel = typed_kernel_for<T>(pass, plan);
+  if (kernel == nullptr) return cudaErrorInvalidValue;
+  Params<T> forward = forward_params<T>(pr);
+  BackwardParams<T> backward = backward_params<T>(pr);
+  void* params = pass == Pass::kForward ? static_cast<void*>(&forward) : static_cast<void*>(&backward);
+  int first = plan.stages > 0 ? plan.stages : plan.threads_per_instance;
+  int second = plan.stages > 0 ? launch.slice_vectors : plan.cluster_size;
+  void* args[] = {params, &first, &second};
+  if (plan.cluster_size == 1 && plan.stages == 0) {
+    return cudaLaunchKernel(kernel, dim3(launch.grid), dim3(launch.block), args, launch.smem, stream);
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(launch.grid);
+  config.blockDim = dim3(launch.block);
+  config.dynamicSmemBytes = launch.smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = plan.cluster_size;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelExC(&config, kernel, args);
+}
+
+template <typename F>
+auto with_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kHalf: return f(__half());
+    case DType::kBFloat16: return f(__nv_bfloat16());
+    case DType::kDouble: return f(double());
+    default: return f(float());
+  }
+}
+
+}  // namespace
+
+const void* kernel_for(DType dtype, Pass pass, const Plan& plan) {
+  return with_type(dtype, [&](auto tag) { return typed_kernel_for<decltype(tag)>(pass, plan); });
+}
+
+int64_t chunks_per_instance(DType dtype, int64_t instance_size) {
+  return with_type(dtype, [&](auto tag) { return typed_chunks_per_instance<decltype(tag)>(instance_size); });
+}
+
+int64_t chunk_partial_bytes(DType dtype, Pass pass) {
+  return with_type(dtype, [&](auto tag) -> int64_t {
+    using acc_t = typename Elem<decltype(tag)>::acc;
+    return pass == Pass::kForward ? sizeof(Stats<acc_t>) : sizeof(Sums<acc_t>);
+  });
+}
+
+cudaError_t launch_kernel(const Plan& plan, Pass pass, const Problem& problem, const Launch& launch, void* workspace,
+                          cudaStream_t stream) {
+  return with_type(problem.dtype, [&](auto tag) {
+    return typed_launch<decltype(tag)>(plan, pass, problem, launch, workspace, stream);
+  });
+}
+
+}  // namespace INSTANCE_NORM_NS
+"""
+
+_HOST_SOURCE = r"""
+// =====================================================================================
+// Host: plan choice, validation, ATen wrappers and operator registration
+// =====================================================================================
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+// Formatted TORCH_CHECK messages go through c10's out-of-line torchCheckFail(std::string), which
+// crashed this extension on the H100 image (torch 2.11); TORCH_CHECK_WITH throws the same
+// c10::Error (a Python RuntimeError) from inline code.
+#define IN_CHECK(cond, ...) TORCH_CHECK_WITH(Error, cond, __VA_ARGS__)
+
+namespace INSTANCE_NORM_NS {
+namespace {
 
 std::string describe(const Plan& plan) {
   if (plan.cluster_size == 0) return "multi_cta";
@@ -1234,10 +1454,11 @@ std::string describe(const Plan& plan) {
   return "cluster(" + kg + ",CS=" + std::to_string(plan.cluster_size) + ")";
 }
 
-// Compute capability major and SM count of the current device, read once per device.
+// Compute capability major, SM count and opt-in shared memory of the current device, read once.
 struct DeviceInfo {
   int major;
   int sms;
+  int max_smem;
 };
 
 DeviceInfo device_info() {
@@ -1250,18 +1471,23 @@ DeviceInfo device_info() {
   DeviceInfo info{};
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   return cache.emplace(device, info).first->second;
 }
 
+int tensors_of(Pass pass) { return pass == Pass::kForward ? 1 : 2; }  // held per instance: x (and dy)
+
+int vector_width(DType dtype) {  // elements per 16-byte vector
+  return dtype == DType::kDouble ? 2 : dtype == DType::kFloat ? 4 : 8;
+}
+
+// ---- on-chip plans ----
 int block_threads(const Plan& plan) { return plan.threads_per_instance < 128 ? 256 : plan.threads_per_instance; }
 
 // Dynamic shared memory of an on-chip plan: K vectors per thread for each held tensor.
 int held_bytes(const Plan& plan, int tensors) {
-  return tensors * plan.vectors_per_thread * block_threads(plan) * static_cast<int>(sizeof(uint4));
+  return tensors * plan.vectors_per_thread * block_threads(plan) * 16;
 }
-
-void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, int tensors, void* params,
-                   cudaStream_t stream);
 
 // Vector slots an instance can straddle: it starts on a vector boundary when H*W is a multiple
 // of the vector width (the base pointer is always 16-byte aligned here), otherwise anywhere.
@@ -1273,58 +1499,21 @@ bool plan_holds(const Plan& plan, int64_t slots) {
   return int64_t(plan.vectors_per_thread) * plan.threads_per_instance * plan.cluster_size >= slots;
 }
 
-template <typename T, int K>
-void* onchip_kernel_ptr() { return reinterpret_cast<void*>(&onchip_kernel<T, K>); }
-
-template <typename T>
-void* onchip_kernel_for(int K) {
-  if constexpr (Elem<T>::kVec < 4) {
-    IN_CHECK(false, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
-    return nullptr;
-  } else {
-    switch (K) {
-      case 2: return onchip_kernel_ptr<T, 2>();
-      case 4: return onchip_kernel_ptr<T, 4>();
-      case 8: return onchip_kernel_ptr<T, 8>();
-    }
-    IN_CHECK(false, "instance_norm: vectors_per_thread must be 2, 4 or 8, got ", std::to_string(K));
-    return nullptr;
-  }
-}
-
-// A launch configuration of `grid` CTAs in clusters of cluster_size; `attribute` must outlive it.
-cudaLaunchConfig_t cluster_config(unsigned grid, int block, int smem, cudaStream_t stream, int cluster_size,
-                                  cudaLaunchAttribute* attribute) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(block);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  attribute->id = cudaLaunchAttributeClusterDimension;
-  attribute->val.clusterDim.x = cluster_size;
-  attribute->val.clusterDim.y = 1;
-  attribute->val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  return config;
-}
-
-// How many CTAs (CS == 1) or clusters of `kernel` with this plan can be resident at once, from the
-// occupancy APIs, after granting the plan's dynamic shared memory; 0 when it cannot run at all.
-// Cached per device, kernel, plan and shared memory size.
+// How many CTAs (cluster_size 1) or clusters of `kernel` can be resident at once, from the
+// occupancy APIs, after granting its dynamic shared memory; 0 when it cannot run at all. Cached.
 int resident_units(const void* kernel, int cluster_size, int block, int smem) {
   static std::mutex mutex;
   static std::map<std::tuple<int, const void*, int, int, int>, int> cache;
   static std::map<std::pair<int, const void*>, int> granted;  // the attribute only ever grows
+  if (kernel == nullptr) return 0;
   const int device = c10::cuda::current_device();
   const auto key = std::make_tuple(device, kernel, block, cluster_size, smem);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   int units = 0;
-  int max_smem = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (smem + 4096 <= max_smem && (cluster_size == 1 || (device_info().major >= 9 && cluster_size <= kMaxCluster))) {
+  const DeviceInfo info = device_info();
+  if (smem + 4096 <= info.max_smem && (cluster_size == 1 || (info.major >= 9 && cluster_size <= kMaxCluster))) {
     int& current = granted[{device, kernel}];
     if (smem > current) {
       C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -1333,14 +1522,23 @@ int resident_units(const void* kernel, int cluster_size, int block, int smem) {
     if (cluster_size == 1) {
       int blocks = 0;
       if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block, smem) == cudaSuccess) {
-        units = blocks * device_info().sms;
+        units = blocks * info.sms;
       }
     } else {
       if (cluster_size > 8) {
         C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
       }
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(cluster_size);
+      config.blockDim = dim3(block);
+      config.dynamicSmemBytes = smem;
       cudaLaunchAttribute attribute;
-      const cudaLaunchConfig_t config = cluster_config(cluster_size, block, smem, nullptr, cluster_size, &attribute);
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = cluster_size;
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess) units = clusters;
     }
@@ -1350,75 +1548,55 @@ int resident_units(const void* kernel, int cluster_size, int block, int smem) {
   return units;
 }
 
-int resident_units(const void* kernel, const Plan& plan, int tensors) {
-  return resident_units(kernel, plan.cluster_size, block_threads(plan), held_bytes(plan, tensors));
-}
-
-bool plan_fits(const void* kernel, const Plan& plan, int tensors) { return resident_units(kernel, plan, tensors) > 0; }
-
-template <typename T>
-bool cluster_plan_fits(const Plan& plan) {
-  return plan_fits(onchip_kernel_for<T>(plan.vectors_per_thread), plan, 1);
+int onchip_resident(DType dtype, Pass pass, const Plan& plan) {
+  return resident_units(kernel_for(dtype, pass, plan), plan.cluster_size, block_threads(plan),
+                        held_bytes(plan, tensors_of(pass)));
 }
 
 // ---- stream plans: vectors_per_thread = kStreamVectors, threads_per_instance = kStreamThreads ----
-constexpr int kStreamVectors = 8;  // V: a CTA's slice is up to 512 * 8 vectors (64 KB)
-
-template <typename T>
-const void* stream_kernel_for(int tensors) {
-  if constexpr (Elem<T>::kVec < 4) {
-    IN_CHECK(false, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
-    return nullptr;
-  } else {
-    return tensors == 1 ? reinterpret_cast<const void*>(&stream_kernel<T, kStreamVectors>)
-                        : reinterpret_cast<const void*>(&stream_backward_kernel<T, kStreamVectors>);
-  }
-}
-
 // A CTA's slice of an instance, in vectors; the instance must be whole vectors.
 int64_t stream_slice_vectors(int64_t instance_size, int vec, int cluster_size) {
-  const int64_t vectors = instance_size / vec;
-  return (vectors + cluster_size - 1) / cluster_size;
+  return (instance_size / vec + cluster_size - 1) / cluster_size;
 }
 
-int64_t stream_smem(const Plan& plan, int64_t slice_vectors, int tensors) {
-  return int64_t(plan.stages) * tensors * slice_vectors * int64_t(sizeof(uint4));
+int64_t stream_smem(const Plan& plan, int64_t slice_vectors, Pass pass) {
+  return int64_t(plan.stages) * tensors_of(pass) * slice_vectors * 16;
 }
 
-// Clusters of a stream plan that fit on the device at once; 0 when it cannot run at all.
-template <typename T>
-int stream_resident_clusters(const Plan& plan, int64_t instance_size, int tensors) {
-  const int64_t smem = stream_smem(plan, stream_slice_vectors(instance_size, Elem<T>::kVec, plan.cluster_size), tensors);
+// Clusters of a stream plan resident at once; 0 when it cannot run at all.
+int stream_resident(DType dtype, Pass pass, const Plan& plan, int64_t instance_size) {
+  const int64_t slice = stream_slice_vectors(instance_size, vector_width(dtype), plan.cluster_size);
+  const int64_t smem = stream_smem(plan, slice, pass);
   if (smem > (int64_t(1) << 20)) return 0;
-  return resident_units(stream_kernel_for<T>(tensors), plan.cluster_size, kStreamThreads, static_cast<int>(smem));
+  return resident_units(kernel_for(dtype, pass, plan), plan.cluster_size, kStreamThreads, static_cast<int>(smem));
 }
 
-// The smallest cluster whose slices fit, with as many stages as shared memory allows; cluster 0
-// (no plan) when the instance is not whole vectors, the GPU has no clusters, or nothing fits.
-template <typename T>
-Plan choose_stream_plan(int64_t instance_size, int tensors) {
-  constexpr int vec = Elem<T>::kVec;
-  if (vec < 4 || instance_size % vec != 0 || device_info().major < 9) return {0, 0, 0};
+// The forward's buffers hold an input and, later, an output: it needs two.
+int min_stages(Pass pass) { return pass == Pass::kForward ? 2 : 1; }
+
+// The smallest cluster whose slices fit, with as many stages as shared memory allows; no plan
+// (cluster_size 0) when the instance is not whole vectors, the GPU has no clusters, or nothing fits.
+Plan choose_stream_plan(DType dtype, Pass pass, int64_t instance_size) {
+  const int vec = vector_width(dtype);
+  if (dtype == DType::kDouble || instance_size % vec != 0 || device_info().major < 9) return {0, 0, 0};
   for (int cs = 1; cs <= kMaxCluster; cs *= 2) {
     if (stream_slice_vectors(instance_size, vec, cs) > kStreamVectors * kStreamThreads) continue;
-    for (int stages = kStreamMaxStages; stages >= (tensors == 1 ? 2 : 1); --stages) {
+    for (int stages = kStreamMaxStages; stages >= min_stages(pass); --stages) {
       const Plan plan{cs, kStreamVectors, kStreamThreads, stages};
-      if (stream_resident_clusters<T>(plan, instance_size, tensors) > 0) return plan;
+      if (stream_resident(dtype, pass, plan, instance_size) > 0) return plan;
     }
     break;
   }
   return {0, 0, 0};
 }
 
-// The heuristic, from benchmarks/tune.py on an H100 (2026-11-23). Small instances: a warp each,
-// several per CTA. Up to 1024 threads of K = 8 vectors: one CTA per instance. Twice or four times
-// that: a cluster of 8 CTAs. Larger instances measured faster on the multi_cta path than on 16-CTA
-// clusters (fp32 512x512: 1.50x vs 1.65x the copy time), so they take it.
-template <typename T>
-Plan choose_plan_uncached(int64_t instance_size) {
-  constexpr int vec = Elem<T>::kVec;
-  if (vec < 4) return {0, 0, 0};  // float64: accuracy over speed, one general path
-  const int64_t slots = vector_slots(instance_size, vec);
+// The heuristic, from benchmarks/tune.py on an H100 (2026-11-25). Small instances: a warp each,
+// several per CTA. Up to 1024 threads of K = 8 vectors: one CTA per instance. Larger instances of
+// whole vectors: the stream kernel (fp32 512x512: 1.04x the copy time). Otherwise a cluster of 8
+// CTAs up to four CTAs' worth, then multi_cta.
+Plan choose_plan_uncached(DType dtype, int64_t instance_size) {
+  if (dtype == DType::kDouble) return {0, 0, 0};  // accuracy over speed: one general path
+  const int64_t slots = vector_slots(instance_size, vector_width(dtype));
   if (slots <= kWarpSize * 8) {
     const int K = slots <= kWarpSize * 2 ? 2 : slots <= kWarpSize * 4 ? 4 : 8;
     return {1, K, kWarpSize};
@@ -1427,162 +1605,120 @@ Plan choose_plan_uncached(int64_t instance_size) {
   int64_t threads = kWarpSize;
   while (threads * K < slots) threads *= 2;
   if (threads <= kMaxBlock) return Plan{1, K, static_cast<int>(threads)};
-  const Plan stream = choose_stream_plan<T>(instance_size, 1);
+  const Plan stream = choose_stream_plan(dtype, Pass::kForward, instance_size);
   if (stream.cluster_size > 0) return stream;
   if (threads <= 4 * kMaxBlock && device_info().major >= 9) {
     const Plan plan{8, K, static_cast<int>(threads / 8)};
-    if (cluster_plan_fits<T>(plan)) return plan;
+    if (onchip_resident(dtype, Pass::kForward, plan) > 0) return plan;
   }
   return {0, 0, 0};
 }
 
 // Plan choice sits on the launch path of small, launch-bound shapes: remember it per device,
 // dtype and instance size.
-template <typename T>
-Plan choose_plan(int64_t instance_size) {
+Plan choose_plan(DType dtype, int64_t instance_size) {
   static std::mutex mutex;
-  static std::map<std::pair<int, int64_t>, Plan> cache;
-  const auto key = std::make_pair(static_cast<int>(c10::cuda::current_device()), instance_size);
+  static std::map<std::tuple<int, int, int64_t>, Plan> cache;
+  const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), static_cast<int>(dtype),
+                                   instance_size);
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const Plan plan = choose_plan_uncached<T>(instance_size);
+  const Plan plan = choose_plan_uncached(dtype, instance_size);
   std::lock_guard<std::mutex> lock(mutex);
   cache.emplace(key, plan);
   return plan;
 }
 
+// The forward's on-chip plan when x and dy both fit in its shared memory; else the stream plan for
+// two tensors; else multi_cta.
+Plan choose_backward_plan(DType dtype, int64_t instance_size) {
+  const Plan plan = choose_plan(dtype, instance_size);
+  if (plan.cluster_size > 0 && plan.stages == 0 && block_threads(plan) <= kBackwardMaxBlock &&
+      onchip_resident(dtype, Pass::kBackward, plan) > 0) {
+    return plan;
+  }
+  const Plan stream = choose_stream_plan(dtype, Pass::kBackward, instance_size);
+  return stream.cluster_size > 0 ? stream : Plan{0, 0, 0};
+}
+
 // Validates a plan forced through forward_with_plan / backward_with_plan.
-template <typename T>
-void check_plan(const Plan& plan, int64_t instance_size, int max_threads, int tensors) {
+void check_plan(DType dtype, Pass pass, const Plan& plan, int64_t instance_size) {
   if (plan.cluster_size == 0) return;
   const int G = plan.threads_per_instance;
-  IN_CHECK(Elem<T>::kVec >= 4, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
-  IN_CHECK(plan.cluster_size == 1 || plan.cluster_size == 2 || plan.cluster_size == 4 ||
-                  plan.cluster_size == 8 || plan.cluster_size == 16,
-              "instance_norm: cluster_size must be 0, 1, 2, 4, 8 or 16");
+  const int vec = vector_width(dtype);
+  IN_CHECK(dtype != DType::kDouble, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
+  IN_CHECK(plan.cluster_size == 1 || plan.cluster_size == 2 || plan.cluster_size == 4 || plan.cluster_size == 8 ||
+               plan.cluster_size == 16,
+           "instance_norm: cluster_size must be 0, 1, 2, 4, 8 or 16");
   if (plan.stages > 0) {
-    const int min_stages = tensors == 1 ? 2 : 1;  // the forward's buffers hold an input and an output
-    IN_CHECK(plan.stages >= min_stages && plan.stages <= kStreamMaxStages, "instance_norm: this stream plan takes ",
-             std::to_string(min_stages), " to ", std::to_string(kStreamMaxStages), " stages");
+    IN_CHECK(plan.stages >= min_stages(pass) && plan.stages <= kStreamMaxStages,
+             "instance_norm: this stream plan takes ", std::to_string(min_stages(pass)), " to ",
+             std::to_string(kStreamMaxStages), " stages");
     IN_CHECK(plan.vectors_per_thread == kStreamVectors && G == kStreamThreads,
              "instance_norm: a stream plan takes vectors_per_thread=", std::to_string(kStreamVectors),
              " and threads_per_instance=", std::to_string(kStreamThreads));
     IN_CHECK(device_info().major >= 9, "instance_norm: stream plans need sm_90 or newer");
-    IN_CHECK(instance_size % Elem<T>::kVec == 0,
+    IN_CHECK(instance_size % vec == 0,
              "instance_norm: a stream plan needs H*W times the element size to be a multiple of 16 bytes");
-    IN_CHECK(stream_slice_vectors(instance_size, Elem<T>::kVec, plan.cluster_size) <= kStreamVectors * kStreamThreads,
+    IN_CHECK(stream_slice_vectors(instance_size, vec, plan.cluster_size) <= kStreamVectors * kStreamThreads,
              "instance_norm: plan ", describe(plan), " cannot hold an instance of ", std::to_string(instance_size),
              " elements");
-    IN_CHECK(stream_resident_clusters<T>(plan, instance_size, tensors) > 0, "instance_norm: plan ", describe(plan),
-             " does not fit on this device (shared memory)");
     return;
   }
+  const int max_threads = pass == Pass::kForward ? kMaxBlock : kBackwardMaxBlock;
   IN_CHECK(plan.vectors_per_thread == 2 || plan.vectors_per_thread == 4 || plan.vectors_per_thread == 8,
            "instance_norm: vectors_per_thread must be 2, 4 or 8");
   IN_CHECK(G >= kWarpSize && G <= max_threads && (G & (G - 1)) == 0,
-              "instance_norm: threads_per_instance must be a power of two in [32, ", std::to_string(max_threads),
+           "instance_norm: threads_per_instance must be a power of two in [32, ", std::to_string(max_threads),
            "] for this plan");
-  IN_CHECK(plan_holds(plan, vector_slots(instance_size, Elem<T>::kVec)),
-              "instance_norm: plan ", describe(plan), " cannot hold an instance of ", std::to_string(instance_size), " elements");
+  IN_CHECK(plan_holds(plan, vector_slots(instance_size, vec)), "instance_norm: plan ", describe(plan),
+           " cannot hold an instance of ", std::to_string(instance_size), " elements");
   if (plan.cluster_size > 1) {
     IN_CHECK(G >= 128, "instance_norm: a cluster plan needs threads_per_instance >= 128");
     IN_CHECK(device_info().major >= 9, "instance_norm: cluster plans need sm_90 or newer");
   }
 }
 
-int64_t grid_limit(int64_t units) { return std::min<int64_t>(units, int64_t(1) << 22); }
-
-// Chunks per instance on the multi_cta path: enough to cover the instance from its first aligned
-// vector (up to kVec - 1 elements before it when H*W is not a multiple of kVec).
-template <typename T>
-int64_t chunks_per_instance(int64_t instance_size) {
-  constexpr int64_t kChunk = int64_t(kChunkThreads) * kChunkVectorsPerThread * Elem<T>::kVec;
-  const int64_t head_max = instance_size % Elem<T>::kVec == 0 ? 0 : Elem<T>::kVec - 1;
-  return (instance_size + head_max + kChunk - 1) / kChunk;
-}
-
-// Per-chunk partials of the multi_cta path, in a byte tensor the caching allocator owns.
-template <typename Partial>
-Partial* chunk_partials(at::Tensor& workspace, int64_t count) {
-  workspace = at::empty({count * int64_t(sizeof(Partial))},
-                        at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
-  return reinterpret_cast<Partial*>(workspace.data_ptr());
-}
-
-at::Tensor aligned_contiguous(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone(at::MemoryFormat::Contiguous);
-}
-
-// A persistent grid: as many clusters as fit at once, or one per instance if there are fewer.
-template <typename T>
-void launch_stream(const Plan& plan, int64_t instance_size, int64_t num_instances, int tensors, void* params,
-                   cudaStream_t stream) {
-  const int resident = stream_resident_clusters<T>(plan, instance_size, tensors);
-  IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
-  int slice_vectors = static_cast<int>(stream_slice_vectors(instance_size, Elem<T>::kVec, plan.cluster_size));
-  const int smem = static_cast<int>(stream_smem(plan, slice_vectors, tensors));
-  const int64_t clusters = std::min<int64_t>(resident, num_instances);
-  int stages = plan.stages;
-  void* args[] = {params, &stages, &slice_vectors};
-  cudaLaunchAttribute attribute;
-  const cudaLaunchConfig_t config = cluster_config(static_cast<unsigned>(clusters * plan.cluster_size), kStreamThreads,
-                                                   smem, stream, plan.cluster_size, &attribute);
-  C10_CUDA_CHECK(cudaLaunchKernelExC(&config, stream_kernel_for<T>(tensors), args));
-}
-
-template <typename T>
-void launch(const Plan& plan, const Params<T>& params, cudaStream_t stream) {
-  using acc_t = typename Elem<T>::acc;
-  const int64_t P = params.num_instances;
+// Sizes the launch of a plan (grid, shared memory, multi_cta workspace) and runs it on the
+// current stream.
+void run(const Plan& plan, Pass pass, const Problem& problem) {
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t P = problem.num_instances;
+  Launch launch{};
+  at::Tensor workspace;  // multi_cta chunk partials, owned by the caching allocator
   if (plan.cluster_size == 0) {
-    const int64_t chunks = chunks_per_instance<T>(params.instance_size);
-    at::Tensor workspace;
-    auto* partials = chunk_partials<Stats<acc_t>>(workspace, P * chunks);
-    const int64_t grid = grid_limit(P * chunks);
-    chunk_stats_kernel<T><<<grid, kChunkThreads, 0, stream>>>(params, partials, chunks);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    merge_chunks_kernel<T><<<grid_limit((P + 7) / 8), 256, 0, stream>>>(params, partials, chunks);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    normalize_chunks_kernel<T><<<grid, kChunkThreads, 0, stream>>>(params, chunks);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return;
+    const int64_t bytes = P * chunks_per_instance(problem.dtype, problem.instance_size) *
+                          chunk_partial_bytes(problem.dtype, pass);
+    workspace = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
+  } else if (plan.stages > 0) {
+    const int resident = stream_resident(problem.dtype, pass, plan, problem.instance_size);
+    IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " does not fit on this device (shared memory)");
+    launch.slice_vectors = static_cast<int>(
+        stream_slice_vectors(problem.instance_size, vector_width(problem.dtype), plan.cluster_size));
+    launch.smem = static_cast<int>(stream_smem(plan, launch.slice_vectors, pass));
+    launch.block = kStreamThreads;
+    // A persistent grid: as many clusters as fit at once, or one per instance if there are fewer.
+    launch.grid = static_cast<unsigned>(std::min<int64_t>(resident, P) * plan.cluster_size);
+  } else {
+    IN_CHECK(onchip_resident(problem.dtype, pass, plan) > 0, "instance_norm: plan ", describe(plan),
+             " cannot run on this device (shared memory, or thread block clusters that need sm_90)");
+    launch.block = block_threads(plan);
+    launch.smem = held_bytes(plan, tensors_of(pass));
+    const int groups_per_block = launch.block / plan.threads_per_instance;
+    const int64_t units = (P + groups_per_block - 1) / groups_per_block;  // CTAs, or clusters
+    IN_CHECK(units * plan.cluster_size <= int64_t(std::numeric_limits<int>::max()),
+             "instance_norm: too many instances (", std::to_string(P), ") for one launch");
+    launch.grid = static_cast<unsigned>(units * plan.cluster_size);
   }
-  if (plan.stages > 0) {
-    launch_stream<T>(plan, params.instance_size, P, 1, const_cast<Params<T>*>(&params), stream);
-    return;
-  }
-  launch_onchip(onchip_kernel_for<T>(plan.vectors_per_thread), plan, P, 1, const_cast<Params<T>*>(&params), stream);
+  C10_CUDA_CHECK(launch_kernel(plan, pass, problem, launch, workspace.defined() ? workspace.data_ptr() : nullptr,
+                               stream));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// One CTA per group of instances (G < 128), per instance, or one cluster per instance.
-void launch_onchip(const void* kernel, const Plan& plan, int64_t num_instances, int tensors, void* params,
-                   cudaStream_t stream) {
-  const int resident = resident_units(kernel, plan, tensors);
-  IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan),
-           " cannot run on this device (shared memory, or thread block clusters that need sm_90)");
-  const int smem = held_bytes(plan, tensors);
-  const int block = block_threads(plan);
-  const int groups_per_block = block / plan.threads_per_instance;
-  const int64_t units = (num_instances + groups_per_block - 1) / groups_per_block;
-  IN_CHECK(units * plan.cluster_size <= int64_t(std::numeric_limits<int>::max()),
-              "instance_norm: too many instances (", std::to_string(num_instances), ") for one launch");
-  int threads_per_instance = plan.threads_per_instance;
-  int cluster_size = plan.cluster_size;
-  void* args[] = {params, &threads_per_instance, &cluster_size};
-  if (plan.cluster_size == 1) {
-    C10_CUDA_CHECK(cudaLaunchKernel(kernel, dim3(units), dim3(block), args, smem, stream));
-    return;
-  }
-  cudaLaunchAttribute attribute;
-  const cudaLaunchConfig_t config =
-      cluster_config(static_cast<unsigned>(units * plan.cluster_size), block, smem, stream, plan.cluster_size, &attribute);
-  C10_CUDA_CHECK(cudaLaunchKernelExC(&config, kernel, args));
-}
-
+// ---- ATen wrappers ----
 void check_input(const at::Tensor& x) {
   IN_CHECK(x.is_cuda(), "instance_norm: expected a CUDA tensor, got one on ", x.device().str());
   IN_CHECK(x.dim() == 4, "instance_norm: expected a 4-D (N, C, H, W) tensor, got ", std::to_string(x.dim()), "-D");
@@ -1591,46 +1727,41 @@ void check_input(const at::Tensor& x) {
                               "instance_norm: expected a float16, bfloat16, float32 or float64 tensor, got ", t);
 }
 
-at::Tensor affine_param(const c10::optional<at::Tensor>& param, const at::Tensor& x, at::ScalarType acc,
-                        const char* name) {
+DType dtype_of(const at::Tensor& x) {
+  switch (x.scalar_type()) {
+    case at::kHalf: return DType::kHalf;
+    case at::kBFloat16: return DType::kBFloat16;
+    case at::kDouble: return DType::kDouble;
+    default: return DType::kFloat;
+  }
+}
+
+at::ScalarType accumulation_type(const at::Tensor& x) { return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+at::Tensor affine_param(const c10::optional<at::Tensor>& param, const at::Tensor& x, const char* name) {
   if (!param.has_value() || !param->defined()) return at::Tensor();
   IN_CHECK(param->device() == x.device(), "instance_norm: ", name, " is on ", param->device().str(),
-              " but the input is on ", x.device().str());
+           " but the input is on ", x.device().str());
   IN_CHECK(param->numel() == x.size(1), "instance_norm: ", name, " has ", std::to_string(param->numel()),
-              " elements, expected one per channel (", std::to_string(x.size(1)), ")");
-  return param->to(acc).contiguous();
+           " elements, expected one per channel (", std::to_string(x.size(1)), ")");
+  return param->to(accumulation_type(x)).contiguous();
 }
 
-template <typename T>
-void run_forward(const at::Tensor& x, const at::Tensor& y, const at::Tensor& weight, const at::Tensor& bias,
-                 const at::Tensor& stats, double eps, const Plan* forced) {
-  using acc_t = typename Elem<T>::acc;
-  Params<T> params;
-  params.x = reinterpret_cast<const T*>(x.data_ptr());
-  params.y = reinterpret_cast<T*>(y.data_ptr());
-  params.weight = weight.defined() ? weight.data_ptr<acc_t>() : nullptr;
-  params.bias = bias.defined() ? bias.data_ptr<acc_t>() : nullptr;
-  params.stats = stats.data_ptr<acc_t>();
-  params.num_instances = x.size(0) * x.size(1);
-  params.instance_size = x.size(2) * x.size(3);
-  params.channels = x.size(1);
-  params.eps = static_cast<acc_t>(eps);
-  Plan plan = forced ? *forced : choose_plan<T>(params.instance_size);
-  if (forced) {
-    check_plan<T>(plan, params.instance_size, kMaxBlock, 1);
-  }
-  launch<T>(plan, params, c10::cuda::getCurrentCUDAStream());
+// NCHW-contiguous and 16-byte aligned, the layout every kernel reads.
+at::Tensor aligned_contiguous(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone(at::MemoryFormat::Contiguous);
 }
 
-template <typename F>
-void dispatch_type(at::ScalarType t, F&& f) {
-  switch (t) {
-    case at::kFloat: f(float()); break;
-    case at::kHalf: f(__half()); break;
-    case at::kBFloat16: f(__nv_bfloat16()); break;
-    case at::kDouble: f(double()); break;
-    default: TORCH_CHECK_NOT_IMPLEMENTED(false, "instance_norm: unsupported dtype ", t);
-  }
+Problem problem_of(const at::Tensor& x, at::Tensor& out) {
+  Problem pr{};
+  pr.dtype = dtype_of(x);
+  pr.x = x.data_ptr();
+  pr.out = out.data_ptr();
+  pr.num_instances = x.size(0) * x.size(1);
+  pr.instance_size = x.size(2) * x.size(3);
+  pr.channels = x.size(1);
+  return pr;
 }
 
 std::tuple<at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
@@ -1639,16 +1770,22 @@ std::tuple<at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, const c
   check_input(input);
   c10::cuda::CUDAGuard guard(input.device());
   at::Tensor x = aligned_contiguous(input);
-  const auto acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor w = affine_param(weight, x, acc, "weight");
-  at::Tensor b = affine_param(bias, x, acc, "bias");
+  at::Tensor w = affine_param(weight, x, "weight");
+  at::Tensor b = affine_param(bias, x, "bias");
   at::Tensor y = at::empty(x.sizes(), x.options());
-  at::Tensor stats = at::empty({2, x.size(0) * x.size(1)}, x.options().dtype(acc));
+  at::Tensor stats = at::empty({2, x.size(0) * x.size(1)}, x.options().dtype(accumulation_type(x)));
   if (x.numel() == 0) {
     stats.fill_(std::numeric_limits<double>::quiet_NaN());
     return {y, stats};
   }
-  dispatch_type(x.scalar_type(), [&](auto tag) { run_forward<decltype(tag)>(x, y, w, b, stats, eps, forced); });
+  Problem pr = problem_of(x, y);
+  pr.weight = w.defined() ? w.data_ptr() : nullptr;
+  pr.bias = b.defined() ? b.data_ptr() : nullptr;
+  pr.stats = stats.data_ptr();
+  pr.eps = eps;
+  const Plan plan = forced ? *forced : choose_plan(pr.dtype, pr.instance_size);
+  if (forced) check_plan(pr.dtype, Pass::kForward, plan, pr.instance_size);
+  run(plan, Pass::kForward, pr);
   return {y, stats};
 }
 
@@ -1676,99 +1813,37 @@ std::tuple<at::Tensor, at::Tensor> forward_with_plan(const at::Tensor& x, const 
   return forward_impl(x, weight, bias, eps, &plan);
 }
 
-// ---- backward ----
-template <typename T>
-const void* onchip_backward_kernel_for(int K) {
-  if constexpr (Elem<T>::kVec < 4) {
-    IN_CHECK(false, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
-    return nullptr;
-  } else {
-    switch (K) {
-      case 2: return reinterpret_cast<const void*>(&onchip_backward_kernel<T, 2>);
-      case 4: return reinterpret_cast<const void*>(&onchip_backward_kernel<T, 4>);
-      case 8: return reinterpret_cast<const void*>(&onchip_backward_kernel<T, 8>);
-    }
-    IN_CHECK(false, "instance_norm: vectors_per_thread must be 2, 4 or 8, got ", std::to_string(K));
-    return nullptr;
-  }
-}
-
-// The forward's plan when x and dy both fit in its shared memory; otherwise the multi_cta path.
-template <typename T>
-Plan choose_backward_plan(int64_t instance_size) {
-  const Plan plan = choose_plan<T>(instance_size);
-  if (plan.cluster_size > 0 && plan.stages == 0 && block_threads(plan) <= kBackwardMaxBlock &&
-      plan_fits(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan, 2)) {
-    return plan;
-  }
-  const Plan stream = choose_stream_plan<T>(instance_size, 2);
-  return stream.cluster_size > 0 ? stream : Plan{0, 0, 0};
-}
-
-template <typename T>
-void run_backward(const BackwardParams<T>& params, const Plan* forced, cudaStream_t stream) {
-  using acc_t = typename Elem<T>::acc;
-  const int64_t P = params.num_instances;
-  Plan plan = forced ? *forced : choose_backward_plan<T>(params.instance_size);
-  if (forced) {
-    check_plan<T>(plan, params.instance_size, kBackwardMaxBlock, 2);
-  }
-  if (plan.stages > 0) {
-    launch_stream<T>(plan, params.instance_size, P, 2, const_cast<BackwardParams<T>*>(&params), stream);
-    return;
-  }
-  if (plan.cluster_size > 0) {
-    launch_onchip(onchip_backward_kernel_for<T>(plan.vectors_per_thread), plan, P, 2,
-                  const_cast<BackwardParams<T>*>(&params), stream);
-    return;
-  }
-  const int64_t chunks = chunks_per_instance<T>(params.instance_size);
-  at::Tensor workspace;
-  auto* partials = chunk_partials<Sums<acc_t>>(workspace, P * chunks);
-  const int64_t grid = grid_limit(P * chunks);
-  chunk_grad_sums_kernel<T><<<grid, kChunkThreads, 0, stream>>>(params, partials, chunks);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  merge_grad_sums_kernel<T><<<grid_limit((P + 7) / 8), 256, 0, stream>>>(params, partials, chunks);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  grad_chunks_kernel<T><<<grid, kChunkThreads, 0, stream>>>(params, chunks);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
 std::tuple<at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad_output, const at::Tensor& input,
                                                  const c10::optional<at::Tensor>& weight, const at::Tensor& stats_in,
                                                  const Plan* forced) {
   check_input(input);
   IN_CHECK(grad_output.sizes() == input.sizes() && grad_output.scalar_type() == input.scalar_type() &&
-                  grad_output.device() == input.device(),
-              "instance_norm backward: grad_output must match the input's shape, dtype and device");
+               grad_output.device() == input.device(),
+           "instance_norm backward: grad_output must match the input's shape, dtype and device");
   c10::cuda::CUDAGuard guard(input.device());
-  const auto acc = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto acc = accumulation_type(input);
   const int64_t P = input.size(0) * input.size(1);
   IN_CHECK(stats_in.dim() == 2 && stats_in.size(0) == 2 && stats_in.size(1) == P && stats_in.scalar_type() == acc &&
-                  stats_in.device() == input.device(),
-              "instance_norm backward: stats must be the forward's (2, N*C) statistics");
+               stats_in.device() == input.device(),
+           "instance_norm backward: stats must be the forward's (2, N*C) statistics");
   at::Tensor x = aligned_contiguous(input);
   at::Tensor dy = aligned_contiguous(grad_output);
   at::Tensor stats = stats_in.contiguous();
-  at::Tensor w = affine_param(weight, x, acc, "weight");
+  at::Tensor w = affine_param(weight, x, "weight");
   at::Tensor dx = at::empty(x.sizes(), x.options());
-  at::Tensor sums = at::zeros({2, P}, x.options().dtype(acc));
-  if (x.numel() == 0) return {dx, sums};
-  dispatch_type(x.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    using acc_t = typename Elem<T>::acc;
-    BackwardParams<T> params;
-    params.x = reinterpret_cast<const T*>(x.data_ptr());
-    params.dy = reinterpret_cast<const T*>(dy.data_ptr());
-    params.dx = reinterpret_cast<T*>(dx.data_ptr());
-    params.weight = w.defined() ? w.data_ptr<acc_t>() : nullptr;
-    params.stats = stats.data_ptr<acc_t>();
-    params.sums = sums.data_ptr<acc_t>();
-    params.num_instances = P;
-    params.instance_size = x.size(2) * x.size(3);
-    params.channels = x.size(1);
-    run_backward<T>(params, forced, c10::cuda::getCurrentCUDAStream());
-  });
+  at::Tensor sums = at::empty({2, P}, x.options().dtype(acc));
+  if (x.numel() == 0) {
+    sums.zero_();
+    return {dx, sums};
+  }
+  Problem pr = problem_of(x, dx);
+  pr.dy = dy.data_ptr();
+  pr.weight = w.defined() ? w.data_ptr() : nullptr;
+  pr.stats = stats.data_ptr();
+  pr.sums = sums.data_ptr();
+  const Plan plan = forced ? *forced : choose_backward_plan(pr.dtype, pr.instance_size);
+  if (forced) check_plan(pr.dtype, Pass::kBackward, plan, pr.instance_size);
+  run(plan, Pass::kBackward, pr);
   return {dx, sums};
 }
 
@@ -1788,15 +1863,12 @@ std::tuple<at::Tensor, at::Tensor> backward_with_plan(const at::Tensor& grad_out
 std::string describe_plan(const at::Tensor& x, bool backward) {
   check_input(x);
   c10::cuda::CUDAGuard guard(x.device());
-  std::string result;
-  dispatch_type(x.scalar_type(), [&](auto tag) {
-    result = describe(choose_plan<decltype(tag)>(x.size(2) * x.size(3)));
-    if (backward) result = describe(choose_backward_plan<decltype(tag)>(x.size(2) * x.size(3)));
-  });
-  return result;
+  const int64_t size = x.size(2) * x.size(3);
+  return describe(backward ? choose_backward_plan(dtype_of(x), size) : choose_plan(dtype_of(x), size));
 }
 
 }  // namespace
+}  // namespace INSTANCE_NORM_NS
 
 TORCH_LIBRARY(INSTANCE_NORM_NS, m) {
   m.def("forward(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)");
@@ -1811,12 +1883,12 @@ TORCH_LIBRARY(INSTANCE_NORM_NS, m) {
 }
 
 TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, CUDA, m) {
-  m.impl("forward", &forward);
-  m.impl("infer", &forward);
-  m.impl("forward_with_plan", &forward_with_plan);
-  m.impl("describe_plan", &describe_plan);
-  m.impl("backward", &backward);
-  m.impl("backward_with_plan", &backward_with_plan);
+  m.impl("forward", &INSTANCE_NORM_NS::forward);
+  m.impl("infer", &INSTANCE_NORM_NS::forward);
+  m.impl("forward_with_plan", &INSTANCE_NORM_NS::forward_with_plan);
+  m.impl("describe_plan", &INSTANCE_NORM_NS::describe_plan);
+  m.impl("backward", &INSTANCE_NORM_NS::backward);
+  m.impl("backward_with_plan", &INSTANCE_NORM_NS::backward_with_plan);
 }
 """
 
@@ -1824,7 +1896,9 @@ TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, CUDA, m) {
 # Building and loading the extension
 # --------------------------------------------------------------------------------------------------
 _BUILD_FLAGS = ["-O3"]
-_DIGEST = hashlib.sha256((_CUDA_SOURCE + " ".join(_BUILD_FLAGS) + torch.__version__).encode()).hexdigest()[:16]
+_DIGEST = hashlib.sha256(
+    (_INTERFACE + _KERNEL_SOURCE + _HOST_SOURCE + " ".join(_BUILD_FLAGS) + torch.__version__).encode()
+).hexdigest()[:16]
 _NAMESPACE = "instance_norm_" + _DIGEST
 _ops = None
 
@@ -1840,11 +1914,13 @@ def load_extension():
 
         options = {}
         if "no_implicit_headers" in inspect.signature(load_inline).parameters:
-            options["no_implicit_headers"] = True  # skip torch/extension.h: halves the cold build
+            options["no_implicit_headers"] = True  # skip torch/extension.h in both translation units
+        # Two translation units that ninja compiles in parallel: the kernels (nvcc, no ATen headers)
+        # and the host side (the C++ compiler alone, no nvcc passes over ATen).
         load_inline(
             name=_NAMESPACE,
-            cpp_sources="",
-            cuda_sources=_CUDA_SOURCE.replace("INSTANCE_NORM_NS", _NAMESPACE),
+            cpp_sources=(_INTERFACE + _HOST_SOURCE).replace("INSTANCE_NORM_NS", _NAMESPACE),
+            cuda_sources=(_INTERFACE + _KERNEL_SOURCE).replace("INSTANCE_NORM_NS", _NAMESPACE),
             extra_cflags=["-O2"],
             extra_cuda_cflags=_BUILD_FLAGS,
             is_python_module=False,
