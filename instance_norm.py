@@ -603,7 +603,7 @@ __device__ __forceinline__ void grid_barrier(unsigned* arrived) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kChunkThreads)
+__global__ void __launch_bounds__(kChunkThreads, 1)
 multi_cta_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t chunks_per_instance,
                  unsigned* arrived, int kept_chunks) {
   using acc_t = typename Elem<T>::acc;
@@ -618,13 +618,27 @@ multi_cta_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t ch
   auto kept_vector = [&](int64_t work, int k) -> uint4& {
     return kept[(int(work - keep_from) * K + k) * kChunkThreads + threadIdx.x];
   };
-
+  auto span_of = [&](int64_t work) {
+    const int64_t instance = work / chunks_per_instance;
+    return chunk_span<T>(p.instance_size, instance, work - instance * chunks_per_instance);
+  };
+  // Each loop loads the next chunk before it reduces or writes the current one, so a chunk's
+  // loads are in flight while the CTA waits on its barriers or stores.
+  uint4 raw[K], next[K];
+  if (begin < end) {
+    const ChunkSpan span = span_of(begin);
+    load_whole_vectors<T, K, false>(next, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
+  }
   for (int64_t work = begin; work < end; ++work) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) raw[k] = next[k];
+    if (work + 1 < end) {
+      const ChunkSpan span = span_of(work + 1);
+      load_whole_vectors<T, K, false>(next, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
+    }
     const int64_t instance = work / chunks_per_instance;
     const int64_t chunk = work - instance * chunks_per_instance;
-    const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
-    uint4 raw[K];
-    load_whole_vectors<T, K, false>(raw, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
+    const ChunkSpan span = span_of(work);
     if (work >= keep_from) {
 #pragma unroll
       for (int k = 0; k < K; ++k) kept_vector(work, k) = raw[k];
@@ -638,9 +652,23 @@ multi_cta_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t ch
   }
   grid_barrier(arrived);
 
+  // Chunk `work` of pass 2 into `out`: from shared memory if kept, else from global memory.
+  auto fetch = [&](int64_t work, uint4 (&out)[K]) {
+    if (work >= keep_from) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) out[k] = kept_vector(work, k);
+    } else {
+      const ChunkSpan span = span_of(work);
+      load_whole_vectors<T, K>(out, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
+    }
+  };
   int64_t current = -1;
   acc_t mean = 0, rstd = 0, scale = 0, shift = 0;
+  if (begin < end) fetch(end - 1, next);
   for (int64_t work = end - 1; work >= begin; --work) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) raw[k] = next[k];
+    if (work - 1 >= begin) fetch(work - 1, next);
     const int64_t instance = work / chunks_per_instance;
     const int64_t chunk = work - instance * chunks_per_instance;
     if (instance != current) {
@@ -657,14 +685,7 @@ multi_cta_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t ch
       scale = p.weight ? rstd * p.weight[channel] : rstd;
       shift = p.bias ? p.bias[channel] : acc_t(0);
     }
-    const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
-    uint4 raw[K];
-    if (work >= keep_from) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) raw[k] = kept_vector(work, k);
-    } else {
-      load_whole_vectors<T, K>(raw, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
-    }
+    const ChunkSpan span = span_of(work);
     store_whole_vectors<T, K>(raw, p.y + span.offset, span.first, span.stride, span.lo, span.hi, mean, scale, shift);
     if (chunk == 0 && threadIdx.x == 0) {  // one CTA per instance owns its boundary and statistics
       const int64_t start = instance * p.instance_size;
@@ -1742,8 +1763,8 @@ void run(const Plan& plan, Pass pass, const Problem& problem) {
     const int64_t chunks = P * chunks_per_instance(problem.dtype, problem.instance_size);
     const int64_t bytes = chunks * chunk_partial_bytes(problem.dtype, pass) + kBarrierBytes;
     workspace = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
-    if (pass == Pass::kForward) {  // one resident CTA per run of chunks, each keeping one chunk
-      launch.smem = kChunkBytes;
+    if (pass == Pass::kForward) {  // one resident CTA per SM and run of chunks, keeping three on chip
+      launch.smem = 3 * kChunkBytes;
       const int resident = resident_units(kernel_for(problem.dtype, pass, plan), 1, kChunkThreads, launch.smem);
       IN_CHECK(resident > 0, "instance_norm: the multi_cta kernel cannot run on this device");
       launch.grid = static_cast<unsigned>(std::min<int64_t>(resident, chunks));
