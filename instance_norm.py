@@ -53,6 +53,7 @@ inline constexpr int kStreamMaxStages = 4;
 inline constexpr int kChunkThreads = 512;       // multi_cta: a chunk is 512 threads x 8 vectors = 64 KB
 inline constexpr int kChunkVectorsPerThread = 8;
 inline constexpr int kChunkBytes = kChunkThreads * kChunkVectorsPerThread * 16;
+inline constexpr int kChunkStages = 3;          // multi_cta forward: chunks in shared memory per CTA
 
 enum class DType : int { kFloat, kHalf, kBFloat16, kDouble };
 enum class Pass : int { kForward, kBackward };
@@ -602,73 +603,73 @@ __device__ __forceinline__ void grid_barrier(unsigned* arrived) {
   __syncthreads();
 }
 
+template <int kPending>
+__device__ __forceinline__ void wait_async_copies_but() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void commit_no_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// A CTA's chunks stream through a ring of kChunkStages shared-memory buffers filled by cp.async
+// (16 bytes per thread and copy, no registers held), kChunkStages - 1 chunks ahead of the one being
+// reduced. Each thread reads only the vectors it copied, so waiting for its own copies is enough.
+// The ring ends pass 1 holding the run's last chunks: pass 2 starts with them, then refills the
+// ring backwards, so the chunks read last in pass 1, which L2 may still hold, are read first.
 template <typename T>
 __global__ void __launch_bounds__(kChunkThreads, 1)
 multi_cta_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t chunks_per_instance,
-                 unsigned* arrived, int kept_chunks) {
+                 unsigned* arrived) {
   using acc_t = typename Elem<T>::acc;
   constexpr int K = kChunkVectorsPerThread;
-  extern __shared__ uint4 kept[];  // kept_chunks * K * kChunkThreads vectors
+  constexpr int S = kChunkStages;
+  extern __shared__ uint4 ring[];  // S * K * kChunkThreads vectors
   __shared__ Stats<acc_t> instance_stats;
   const int64_t total = p.num_instances * chunks_per_instance;
   const int64_t per_cta = (total + gridDim.x - 1) / gridDim.x;
   const int64_t begin = min(total, int64_t(blockIdx.x) * per_cta);
-  const int64_t end = min(total, begin + per_cta);
-  const int64_t keep_from = max(begin, end - kept_chunks);
-  auto kept_vector = [&](int64_t work, int k) -> uint4& {
-    return kept[(int(work - keep_from) * K + k) * kChunkThreads + threadIdx.x];
-  };
-  auto span_of = [&](int64_t work) {
+  const int n = static_cast<int>(min(total, begin + per_cta) - begin);  // chunks of this CTA
+  uint4* mine = ring + threadIdx.x;  // vector k of stage s at mine[(s * K + k) * kChunkThreads]
+  auto span_of = [&](int j) {
+    const int64_t work = begin + j;
     const int64_t instance = work / chunks_per_instance;
     return chunk_span<T>(p.instance_size, instance, work - instance * chunks_per_instance);
   };
-  // Each loop loads the next chunk before it reduces or writes the current one, so a chunk's
-  // loads are in flight while the CTA waits on its barriers or stores.
-  uint4 raw[K], next[K];
-  if (begin < end) {
-    const ChunkSpan span = span_of(begin);
-    load_whole_vectors<T, K, false>(next, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
-  }
-  for (int64_t work = begin; work < end; ++work) {
+  auto copy = [&](int j) {  // chunk j into its stage, as one cp.async group (empty past the run)
+    if (j < 0 || j >= n) return commit_no_copies();
+    const ChunkSpan span = span_of(j);
+    copy_whole_vectors_async<T, K>(mine + (j % S) * K * kChunkThreads, kChunkThreads, p.x + span.offset, span.first,
+                                   span.stride, span.lo, span.hi);
+  };
+  auto take = [&](int j, uint4 (&raw)[K]) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) raw[k] = next[k];
-    if (work + 1 < end) {
-      const ChunkSpan span = span_of(work + 1);
-      load_whole_vectors<T, K, false>(next, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
-    }
+    for (int k = 0; k < K; ++k) raw[k] = mine[((j % S) * K + k) * kChunkThreads];
+  };
+
+  for (int j = 0; j < S; ++j) copy(j);
+  for (int j = 0; j < n; ++j) {
+    wait_async_copies_but<S - 1>();  // chunk j's group is the oldest of S
+    const int64_t work = begin + j;
     const int64_t instance = work / chunks_per_instance;
     const int64_t chunk = work - instance * chunks_per_instance;
-    const ChunkSpan span = span_of(work);
-    if (work >= keep_from) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) kept_vector(work, k) = raw[k];
-    }
+    const ChunkSpan span = span_of(j);
+    uint4 raw[K];
+    take(j, raw);
     Stats<acc_t> s = thread_stats<T, K>(raw, span.first, span.stride, span.lo, span.hi);
     if (chunk == 0 && threadIdx.x == 0) {
       s = merge(s, boundary_stats<T>(p.x + instance * p.instance_size, instance_boundary<T>(p.instance_size, instance)));
     }
+    if (j + S < n) copy(j + S); else commit_no_copies();  // the ring keeps the run's last S chunks
     s = cta_reduce<Stats<acc_t>, kChunkThreads>(s);
     if (threadIdx.x == 0) partials[work] = s;
   }
+  wait_async_copies();
   grid_barrier(arrived);
 
-  // Chunk `work` of pass 2 into `out`: from shared memory if kept, else from global memory.
-  auto fetch = [&](int64_t work, uint4 (&out)[K]) {
-    if (work >= keep_from) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) out[k] = kept_vector(work, k);
-    } else {
-      const ChunkSpan span = span_of(work);
-      load_whole_vectors<T, K>(out, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
-    }
-  };
   int64_t current = -1;
   acc_t mean = 0, rstd = 0, scale = 0, shift = 0;
-  if (begin < end) fetch(end - 1, next);
-  for (int64_t work = end - 1; work >= begin; --work) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) raw[k] = next[k];
-    if (work - 1 >= begin) fetch(work - 1, next);
+  for (int t = 0; t < n; ++t) {
+    const int j = n - 1 - t;
+    if (t >= S) wait_async_copies_but<S - 1>();  // chunk j was copied S iterations ago
+    const int64_t work = begin + j;
     const int64_t instance = work / chunks_per_instance;
     const int64_t chunk = work - instance * chunks_per_instance;
     if (instance != current) {
@@ -685,7 +686,10 @@ multi_cta_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t ch
       scale = p.weight ? rstd * p.weight[channel] : rstd;
       shift = p.bias ? p.bias[channel] : acc_t(0);
     }
-    const ChunkSpan span = span_of(work);
+    const ChunkSpan span = span_of(j);
+    uint4 raw[K];
+    take(j, raw);
+    copy(j - S);  // into the stage just read (this thread's own vectors)
     store_whole_vectors<T, K>(raw, p.y + span.offset, span.first, span.stride, span.lo, span.hi, mean, scale, shift);
     if (chunk == 0 && threadIdx.x == 0) {  // one CTA per instance owns its boundary and statistics
       const int64_t start = instance * p.instance_size;
@@ -694,6 +698,7 @@ multi_cta_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t ch
       p.stats[p.num_instances + instance] = rstd;
     }
   }
+  wait_async_copies();
 }
 
 // =====================================================================================
@@ -1261,7 +1266,8 @@ stream_backward_kernel(BackwardParams<T> p, int stages, int slice_vectors) {
   constexpr int kVec = Elem<T>::kVec;
   extern __shared__ uint4 stream_storage[];
   __shared__ unsigned long long full[kStreamMaxStages];
-  __shared__ Sums<acc_t> warp_partials[kStreamThreads / kWarpSize];
+  __shared__ Sums<acc_t> warp_partials[2][kStreamThreads / kWarpSize];  // by instance parity: a barrier
+                                                                       // separates a buffer's reuse
   __shared__ uint4 slots[kSlots][kMaxCluster];
   __shared__ unsigned long long arrived[kSlots];
 
@@ -1297,7 +1303,7 @@ stream_backward_kernel(BackwardParams<T> p, int stages, int slice_vectors) {
     const int first = threadIdx.x * kVec;
     const int stride = kStreamThreads * kVec;
     Sums<acc_t> s = thread_grad_sums<T, V>(xr, gr, first, stride, 0, g.count, mean);
-    s = cta_reduce_to_warp0(s, warp_partials);
+    s = cta_reduce_to_warp0(s, warp_partials[it & 1]);
     if (threadIdx.x == 0) issue(it + stages);
     if (threadIdx.x < kWarpSize) exchange.send(s, it, g);
     s = exchange.receive(it, g);
@@ -1398,8 +1404,7 @@ cudaError_t launch_multi_cta(Pass pass, const Problem& pr, const Launch& launch,
     unsigned* arrived = reinterpret_cast<unsigned*>(partials + P * chunks);
     cudaError_t err = cudaMemsetAsync(arrived, 0, sizeof(unsigned), stream);
     if (err != cudaSuccess) return err;
-    int kept_chunks = launch.smem / kChunkBytes;
-    void* args[] = {&p, &partials, const_cast<int64_t*>(&chunks), &arrived, &kept_chunks};
+    void* args[] = {&p, &partials, const_cast<int64_t*>(&chunks), &arrived};
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(launch.grid);
     config.blockDim = dim3(kChunkThreads);
@@ -1763,8 +1768,8 @@ void run(const Plan& plan, Pass pass, const Problem& problem) {
     const int64_t chunks = P * chunks_per_instance(problem.dtype, problem.instance_size);
     const int64_t bytes = chunks * chunk_partial_bytes(problem.dtype, pass) + kBarrierBytes;
     workspace = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
-    if (pass == Pass::kForward) {  // one resident CTA per SM and run of chunks, keeping three on chip
-      launch.smem = 3 * kChunkBytes;
+    if (pass == Pass::kForward) {  // one resident CTA per SM and run of chunks
+      launch.smem = kChunkStages * kChunkBytes;
       const int resident = resident_units(kernel_for(problem.dtype, pass, plan), 1, kChunkThreads, launch.smem);
       IN_CHECK(resident > 0, "instance_norm: the multi_cta kernel cannot run on this device");
       launch.grid = static_cast<unsigned>(std::min<int64_t>(resident, chunks));
