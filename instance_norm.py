@@ -644,7 +644,11 @@ multi_cta_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t ch
     for (int k = 0; k < K; ++k) raw[k] = mine[((j % S) * K + k) * kChunkThreads];
   };
 
+  // Each thread merges its statistics over the run's chunks of one instance; the CTA reduces them
+  // once per instance it touches, into the partial of that instance's last chunk in the run (the
+  // other chunks' partials are empty), so pass 1 has almost no barriers.
   for (int j = 0; j < S; ++j) copy(j);
+  Stats<acc_t> running{};
   for (int j = 0; j < n; ++j) {
     wait_async_copies_but<S - 1>();  // chunk j's group is the oldest of S
     const int64_t work = begin + j;
@@ -653,13 +657,19 @@ multi_cta_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t ch
     const ChunkSpan span = span_of(j);
     uint4 raw[K];
     take(j, raw);
-    Stats<acc_t> s = thread_stats<T, K>(raw, span.first, span.stride, span.lo, span.hi);
-    if (chunk == 0 && threadIdx.x == 0) {
-      s = merge(s, boundary_stats<T>(p.x + instance * p.instance_size, instance_boundary<T>(p.instance_size, instance)));
-    }
     if (j + S < n) copy(j + S); else commit_no_copies();  // the ring keeps the run's last S chunks
-    s = cta_reduce<Stats<acc_t>, kChunkThreads>(s);
+    running = merge(running, thread_stats<T, K>(raw, span.first, span.stride, span.lo, span.hi));
+    if (chunk == 0 && threadIdx.x == 0) {
+      running = merge(running, boundary_stats<T>(p.x + instance * p.instance_size,
+                                                 instance_boundary<T>(p.instance_size, instance)));
+    }
+    if (j + 1 < n && chunk + 1 < chunks_per_instance) {
+      if (threadIdx.x == 0) partials[work] = Stats<acc_t>{};
+      continue;
+    }
+    const Stats<acc_t> s = cta_reduce<Stats<acc_t>, kChunkThreads>(running);
     if (threadIdx.x == 0) partials[work] = s;
+    running = Stats<acc_t>{};
   }
   wait_async_copies();
   grid_barrier(arrived);
