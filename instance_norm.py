@@ -50,10 +50,8 @@ inline constexpr int kMaxCluster = 16;
 inline constexpr int kStreamThreads = 512;
 inline constexpr int kStreamVectors = 8;       // V: a stream CTA's slice is up to 512 * 8 vectors (64 KB)
 inline constexpr int kStreamMaxStages = 4;
-inline constexpr int kChunkThreads = 512;       // multi_cta: a chunk is 512 threads x 8 vectors = 64 KB
+inline constexpr int kChunkThreads = 512;       // multi_cta: a chunk is 512 threads x 8 vectors
 inline constexpr int kChunkVectorsPerThread = 8;
-inline constexpr int kChunkBytes = kChunkThreads * kChunkVectorsPerThread * 16;
-inline constexpr int kChunkStages = 3;          // multi_cta forward: chunks in shared memory per CTA
 
 enum class DType : int { kFloat, kHalf, kBFloat16, kDouble };
 enum class Pass : int { kForward, kBackward };
@@ -84,7 +82,7 @@ struct Problem {
   double eps;
 };
 
-// Grid, block and dynamic shared memory the host chose for a plan (multi_cta: the forward's).
+// Grid, block and dynamic shared memory the host chose for an on-chip or stream plan.
 struct Launch {
   unsigned grid;
   int block;
@@ -96,7 +94,6 @@ struct Launch {
 const void* kernel_for(DType dtype, Pass pass, const Plan& plan);  // null: no such kernel
 int64_t chunks_per_instance(DType dtype, int64_t instance_size);   // multi_cta chunks
 int64_t chunk_partial_bytes(DType dtype, Pass pass);               // multi_cta workspace per chunk
-inline constexpr int64_t kBarrierBytes = 16;                             // and the forward's grid barrier
 cudaError_t launch_kernel(const Plan& plan, Pass pass, const Problem& problem, const Launch& launch,
                           void* workspace, cudaStream_t stream);
 
@@ -387,16 +384,14 @@ __device__ __forceinline__ void store_boundary(const T* x, T* y, Boundary b, typ
 
 // The k-th of a thread's K vectors starts at element first + k * stride of `base` (a 16-byte
 // aligned position); it is used when it lies wholly inside [lo, hi).
-// kLastUse loads stream past L2 (evict-first); the others stay there for a second read.
-template <typename T, int K, bool kLastUse = true>
+template <typename T, int K>
 __device__ __forceinline__ void load_whole_vectors(uint4 (&raw)[K], const T* base, int first, int stride, int lo,
                                                    int hi) {
   constexpr int kVec = Elem<T>::kVec;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int e = first + k * stride;
-    const uint4* at = reinterpret_cast<const uint4*>(base + e);
-    raw[k] = (e >= lo && e + kVec <= hi) ? (kLastUse ? __ldcs(at) : __ldcg(at)) : make_uint4(0, 0, 0, 0);
+    raw[k] = (e >= lo && e + kVec <= hi) ? __ldcs(reinterpret_cast<const uint4*>(base + e)) : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -553,12 +548,8 @@ onchip_kernel(Params<T> p, int threads_per_instance, int cluster_size) {
 }
 
 // =====================================================================================
-// Kernel 2: multi_cta, any instance size: float64, instances beyond 16 CTAs, GPUs without
-// clusters. One cooperative launch, every CTA resident: CTA b takes a contiguous run of 64 KB
-// chunks. Pass 1 writes (mean, M2, n) per chunk and keeps the run's last chunks in shared memory;
-// a grid barrier; pass 2 merges each instance's chunk statistics (every CTA in the same order, so
-// identically) and normalizes its run backwards: kept chunks first, then those read most recently,
-// which L2 may still hold. Only the rest is read from DRAM twice.
+// Kernel 2: multi_cta, any instance size. Pass 1 writes (mean, M2, n) per chunk, a warp per
+// instance merges the chunks, pass 2 normalizes each chunk (second read, reverse order).
 // =====================================================================================
 
 // Chunk `chunk` of an instance is kChunk elements starting on a vector boundary; indices inside it
@@ -590,125 +581,66 @@ __device__ __forceinline__ ChunkSpan chunk_span(int64_t instance_size, int64_t i
   return span;
 }
 
-// All CTAs of the grid arrive before any leaves; `arrived` starts at zero (the host clears it).
-// Needs every CTA resident at once, which the cooperative launch guarantees.
-__device__ __forceinline__ void grid_barrier(unsigned* arrived) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();  // this CTA's partials before its arrival
-    atomicAdd(arrived, 1u);
-    while (*reinterpret_cast<volatile unsigned*>(arrived) < gridDim.x) __nanosleep(64);
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-template <int kPending>
-__device__ __forceinline__ void wait_async_copies_but() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-__device__ __forceinline__ void commit_no_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-// A CTA's chunks stream through a ring of kChunkStages shared-memory buffers filled by cp.async
-// (16 bytes per thread and copy, no registers held), kChunkStages - 1 chunks ahead of the one being
-// reduced. Each thread reads only the vectors it copied, so waiting for its own copies is enough.
-// The ring ends pass 1 holding the run's last chunks: pass 2 starts with them, then refills the
-// ring backwards, so the chunks read last in pass 1, which L2 may still hold, are read first.
 template <typename T>
-__global__ void __launch_bounds__(kChunkThreads, 1)
-multi_cta_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t chunks_per_instance,
-                 unsigned* arrived) {
+__global__ void __launch_bounds__(kChunkThreads)
+chunk_stats_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t chunks_per_instance) {
   using acc_t = typename Elem<T>::acc;
-  constexpr int K = kChunkVectorsPerThread;
-  constexpr int S = kChunkStages;
-  extern __shared__ uint4 ring[];  // S * K * kChunkThreads vectors
-  __shared__ Stats<acc_t> instance_stats;
   const int64_t total = p.num_instances * chunks_per_instance;
-  const int64_t per_cta = (total + gridDim.x - 1) / gridDim.x;
-  const int64_t begin = min(total, int64_t(blockIdx.x) * per_cta);
-  const int n = static_cast<int>(min(total, begin + per_cta) - begin);  // chunks of this CTA
-  uint4* mine = ring + threadIdx.x;  // vector k of stage s at mine[(s * K + k) * kChunkThreads]
-  auto span_of = [&](int j) {
-    const int64_t work = begin + j;
-    const int64_t instance = work / chunks_per_instance;
-    return chunk_span<T>(p.instance_size, instance, work - instance * chunks_per_instance);
-  };
-  auto copy = [&](int j) {  // chunk j into its stage, as one cp.async group (empty past the run)
-    if (j < 0 || j >= n) return commit_no_copies();
-    const ChunkSpan span = span_of(j);
-    copy_whole_vectors_async<T, K>(mine + (j % S) * K * kChunkThreads, kChunkThreads, p.x + span.offset, span.first,
-                                   span.stride, span.lo, span.hi);
-  };
-  auto take = [&](int j, uint4 (&raw)[K]) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) raw[k] = mine[((j % S) * K + k) * kChunkThreads];
-  };
-
-  // Each thread merges its statistics over the run's chunks of one instance; the CTA reduces them
-  // once per instance it touches, into the partial of that instance's last chunk in the run (the
-  // other chunks' partials are empty), so pass 1 has almost no barriers.
-  for (int j = 0; j < S; ++j) copy(j);
-  Stats<acc_t> running{};
-  for (int j = 0; j < n; ++j) {
-    wait_async_copies_but<S - 1>();  // chunk j's group is the oldest of S
-    const int64_t work = begin + j;
+  for (int64_t work = blockIdx.x; work < total; work += gridDim.x) {
     const int64_t instance = work / chunks_per_instance;
     const int64_t chunk = work - instance * chunks_per_instance;
-    const ChunkSpan span = span_of(j);
-    uint4 raw[K];
-    take(j, raw);
-    if (j + S < n) copy(j + S); else commit_no_copies();  // the ring keeps the run's last S chunks
-    running = merge(running, thread_stats<T, K>(raw, span.first, span.stride, span.lo, span.hi));
+    const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
+    uint4 raw[kChunkVectorsPerThread];
+    load_whole_vectors<T, kChunkVectorsPerThread>(raw, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
+    Stats<acc_t> s = thread_stats<T, kChunkVectorsPerThread>(raw, span.first, span.stride, span.lo, span.hi);
     if (chunk == 0 && threadIdx.x == 0) {
-      running = merge(running, boundary_stats<T>(p.x + instance * p.instance_size,
-                                                 instance_boundary<T>(p.instance_size, instance)));
+      s = merge(s, boundary_stats<T>(p.x + instance * p.instance_size, instance_boundary<T>(p.instance_size, instance)));
     }
-    if (j + 1 < n && chunk + 1 < chunks_per_instance) {
-      if (threadIdx.x == 0) partials[work] = Stats<acc_t>{};
-      continue;
-    }
-    const Stats<acc_t> s = cta_reduce<Stats<acc_t>, kChunkThreads>(running);
+    s = cta_reduce<Stats<acc_t>, kChunkThreads>(s);
     if (threadIdx.x == 0) partials[work] = s;
-    running = Stats<acc_t>{};
   }
-  wait_async_copies();
-  grid_barrier(arrived);
+}
 
-  int64_t current = -1;
-  acc_t mean = 0, rstd = 0, scale = 0, shift = 0;
-  for (int t = 0; t < n; ++t) {
-    const int j = n - 1 - t;
-    if (t >= S) wait_async_copies_but<S - 1>();  // chunk j was copied S iterations ago
-    const int64_t work = begin + j;
+template <typename T>
+__global__ void merge_chunks_kernel(Params<T> p, const Stats<typename Elem<T>::acc>* partials,
+                                    int64_t chunks_per_instance) {
+  using acc_t = typename Elem<T>::acc;
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
+  for (int64_t instance = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+       instance < p.num_instances; instance += warps_total) {
+    const Stats<acc_t> s = reduce_chunks(partials + instance * chunks_per_instance, chunks_per_instance);
+    if (lane == 0) {
+      p.stats[instance] = s.mean;
+      p.stats[p.num_instances + instance] = rsqrt(s.m2 / static_cast<acc_t>(p.instance_size) + p.eps);
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kChunkThreads)
+normalize_chunks_kernel(Params<T> p, int64_t chunks_per_instance) {
+  using acc_t = typename Elem<T>::acc;
+  const int64_t total = p.num_instances * chunks_per_instance;
+  for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
+    const int64_t work = total - 1 - i;  // reverse of pass 1: its last chunks may still be in L2
     const int64_t instance = work / chunks_per_instance;
     const int64_t chunk = work - instance * chunks_per_instance;
-    if (instance != current) {
-      __syncthreads();  // everyone has read the previous instance's statistics
-      if (threadIdx.x < kWarpSize) {
-        const Stats<acc_t> s = reduce_chunks(partials + instance * chunks_per_instance, chunks_per_instance);
-        if (threadIdx.x == 0) instance_stats = s;
-      }
-      __syncthreads();
-      current = instance;
-      mean = instance_stats.mean;
-      rstd = rsqrt(instance_stats.m2 / static_cast<acc_t>(p.instance_size) + p.eps);
-      const int64_t channel = instance % p.channels;
-      scale = p.weight ? rstd * p.weight[channel] : rstd;
-      shift = p.bias ? p.bias[channel] : acc_t(0);
-    }
-    const ChunkSpan span = span_of(j);
-    uint4 raw[K];
-    take(j, raw);
-    copy(j - S);  // into the stage just read (this thread's own vectors)
-    store_whole_vectors<T, K>(raw, p.y + span.offset, span.first, span.stride, span.lo, span.hi, mean, scale, shift);
-    if (chunk == 0 && threadIdx.x == 0) {  // one CTA per instance owns its boundary and statistics
+    const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
+    const acc_t mean = p.stats[instance];
+    const acc_t rstd = p.stats[p.num_instances + instance];
+    const int64_t channel = instance % p.channels;
+    const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
+    const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
+    uint4 raw[kChunkVectorsPerThread];
+    load_whole_vectors<T, kChunkVectorsPerThread>(raw, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
+    store_whole_vectors<T, kChunkVectorsPerThread>(raw, p.y + span.offset, span.first, span.stride, span.lo, span.hi,
+                                                   mean, scale, shift);
+    if (chunk == 0 && threadIdx.x == 0) {
       const int64_t start = instance * p.instance_size;
       store_boundary<T>(p.x + start, p.y + start, instance_boundary<T>(p.instance_size, instance), mean, scale, shift);
-      p.stats[instance] = mean;
-      p.stats[p.num_instances + instance] = rstd;
     }
   }
-  wait_async_copies();
 }
 
 // =====================================================================================
@@ -1366,9 +1298,6 @@ BackwardParams<T> backward_params(const Problem& pr) {
 
 template <typename T>
 const void* typed_kernel_for(Pass pass, const Plan& plan) {
-  if (plan.cluster_size == 0) {
-    return pass == Pass::kForward ? reinterpret_cast<const void*>(&multi_cta_kernel<T>) : nullptr;
-  }
   if constexpr (Elem<T>::kVec < 4) {
     return nullptr;  // float64 runs only the multi_cta plan
   } else {
@@ -1401,31 +1330,18 @@ int64_t typed_chunks_per_instance(int64_t instance_size) {
 
 // Partial statistics per chunk, then a per-instance merge, then the normalize (or dx) pass.
 template <typename T>
-cudaError_t launch_multi_cta(Pass pass, const Problem& pr, const Launch& launch, void* workspace,
-                             cudaStream_t stream) {
+cudaError_t launch_multi_cta(Pass pass, const Problem& pr, void* workspace, cudaStream_t stream) {
   using acc_t = typename Elem<T>::acc;
   const int64_t P = pr.num_instances;
   const int64_t chunks = typed_chunks_per_instance<T>(pr.instance_size);
   const int64_t grid = grid_limit(P * chunks);
   const int64_t merge_grid = grid_limit((P + 7) / 8);
   if (pass == Pass::kForward) {
-    Params<T> p = forward_params<T>(pr);
+    const Params<T> p = forward_params<T>(pr);
     auto* partials = static_cast<Stats<acc_t>*>(workspace);
-    unsigned* arrived = reinterpret_cast<unsigned*>(partials + P * chunks);
-    cudaError_t err = cudaMemsetAsync(arrived, 0, sizeof(unsigned), stream);
-    if (err != cudaSuccess) return err;
-    void* args[] = {&p, &partials, const_cast<int64_t*>(&chunks), &arrived};
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(launch.grid);
-    config.blockDim = dim3(kChunkThreads);
-    config.dynamicSmemBytes = launch.smem;
-    config.stream = stream;
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeCooperative;
-    attribute.val.cooperative = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(&multi_cta_kernel<T>), args);
+    chunk_stats_kernel<T><<<grid, kChunkThreads, 0, stream>>>(p, partials, chunks);
+    merge_chunks_kernel<T><<<merge_grid, 256, 0, stream>>>(p, partials, chunks);
+    normalize_chunks_kernel<T><<<grid, kChunkThreads, 0, stream>>>(p, chunks);
   } else {
     const BackwardParams<T> p = backward_params<T>(pr);
     auto* partials = static_cast<Sums<acc_t>*>(workspace);
@@ -1441,7 +1357,7 @@ cudaError_t launch_multi_cta(Pass pass, const Problem& pr, const Launch& launch,
 template <typename T>
 cudaError_t typed_launch(const Plan& plan, Pass pass, const Problem& pr, const Launch& launch, void* workspace,
                          cudaStream_t stream) {
-  if (plan.cluster_size == 0) return launch_multi_cta<T>(pass, pr, launch, workspace, stream);
+  if (plan.cluster_size == 0) return launch_multi_cta<T>(pass, pr, workspace, stream);
   const void* kernel = typed_kernel_for<T>(pass, plan);
   if (kernel == nullptr) return cudaErrorInvalidValue;
   Params<T> forward = forward_params<T>(pr);
@@ -1775,15 +1691,9 @@ void run(const Plan& plan, Pass pass, const Problem& problem) {
   Launch launch{};
   at::Tensor workspace;  // multi_cta chunk partials, owned by the caching allocator
   if (plan.cluster_size == 0) {
-    const int64_t chunks = P * chunks_per_instance(problem.dtype, problem.instance_size);
-    const int64_t bytes = chunks * chunk_partial_bytes(problem.dtype, pass) + kBarrierBytes;
+    const int64_t bytes = P * chunks_per_instance(problem.dtype, problem.instance_size) *
+                          chunk_partial_bytes(problem.dtype, pass);
     workspace = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
-    if (pass == Pass::kForward) {  // one resident CTA per SM and run of chunks
-      launch.smem = kChunkStages * kChunkBytes;
-      const int resident = resident_units(kernel_for(problem.dtype, pass, plan), 1, kChunkThreads, launch.smem);
-      IN_CHECK(resident > 0, "instance_norm: the multi_cta kernel cannot run on this device");
-      launch.grid = static_cast<unsigned>(std::min<int64_t>(resident, chunks));
-    }
   } else if (plan.stages > 0) {
     const int resident = stream_resident(problem.dtype, pass, plan, problem.instance_size);
     IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " does not fit on this device (shared memory)");
