@@ -62,10 +62,6 @@ inline constexpr int kMaxCluster = 16;
 inline constexpr int kStreamThreads = 512;
 inline constexpr int kStreamVectors = 8;       // V: a stream CTA's slice is up to 512 * 8 vectors (64 KB)
 inline constexpr int kStreamMaxStages = 4;
-// The forward also has a wide stream shape for 16-bit types: 1024 threads of 4 vectors, the same
-// slice with half the elements per thread.
-inline constexpr int kStreamWideThreads = 1024;
-inline constexpr int kStreamWideVectors = 4;
 inline constexpr int kChunkThreads = 512;       // multi_cta: a chunk is 512 threads x 8 vectors
 inline constexpr int kChunkVectorsPerThread = 8;
 
@@ -969,7 +965,7 @@ struct SlicePipeline {
 // which is why the stream plan needs H*W * sizeof(T) % 16 == 0.
 struct StreamGeometry {
   int rank, cluster_size;
-  int cluster_id, clusters;
+  int64_t cluster_id, clusters;
   int64_t begin;
   int count;    // elements
   int vectors;  // count / kVec
@@ -986,8 +982,8 @@ __device__ __forceinline__ StreamGeometry stream_geometry(int64_t instance_size,
 #else
   g.cluster_size = 1;
 #endif
-  g.cluster_id = static_cast<int>(blockIdx.x) / g.cluster_size;
-  g.clusters = static_cast<int>(gridDim.x) / g.cluster_size;
+  g.cluster_id = blockIdx.x / g.cluster_size;
+  g.clusters = gridDim.x / g.cluster_size;
   const int64_t instance_vectors = instance_size / kVec;
   const int64_t first = min(int64_t(g.rank) * slice_vectors, instance_vectors);
   g.vectors = static_cast<int>(min(int64_t(slice_vectors), instance_vectors - first));
@@ -1069,14 +1065,14 @@ __device__ __forceinline__ void start_cluster() {
 }
 
 // Reduces the thread partials of the CTA into warp 0; the result is valid in warp 0.
-template <int kThreads, typename P>
+template <typename P>
 __device__ __forceinline__ P cta_reduce_to_warp0(P s, P* warp_partials) {
   const int lane = threadIdx.x & (kWarpSize - 1);
   const int warp = threadIdx.x / kWarpSize;
   s = warp_reduce(s);
   if (lane == 0) warp_partials[warp] = s;
   __syncthreads();
-  if (warp == 0) s = warp_reduce(lane < kThreads / kWarpSize ? warp_partials[lane] : P{});
+  if (warp == 0) s = warp_reduce(lane < kStreamThreads / kWarpSize ? warp_partials[lane] : P{});
   return s;
 }
 
@@ -1107,18 +1103,18 @@ __device__ __forceinline__ void bulk_wait_all() {
 #endif
 }
 
-// The V vectors a thread owns in a slice: vector threadIdx.x + k * kThreads.
-template <int V, int kThreads>
+// The V vectors a thread owns in a slice: vector threadIdx.x + k * kStreamThreads.
+template <int V>
 __device__ __forceinline__ void load_slice(uint4 (&raw)[V], const uint4* slice, int vectors) {
 #pragma unroll
   for (int k = 0; k < V; ++k) {
-    const int v = threadIdx.x + k * kThreads;
+    const int v = threadIdx.x + k * kStreamThreads;
     raw[k] = v < vectors ? slice[v] : make_uint4(0, 0, 0, 0);
   }
 }
 
 // y = (x - mean) * scale + shift for the vectors a thread owns, into a slice buffer.
-template <typename T, int V, int kThreads>
+template <typename T, int V>
 __device__ __forceinline__ void normalize_slice(const uint4 (&raw)[V], uint4* out, int vectors,
                                                 typename Elem<T>::acc mean, typename Elem<T>::acc scale,
                                                 typename Elem<T>::acc shift) {
@@ -1126,7 +1122,7 @@ __device__ __forceinline__ void normalize_slice(const uint4 (&raw)[V], uint4* ou
   constexpr int kVec = Elem<T>::kVec;
 #pragma unroll
   for (int k = 0; k < V; ++k) {
-    const int v = threadIdx.x + k * kThreads;
+    const int v = threadIdx.x + k * kStreamThreads;
     if (v < vectors) {
       acc_t y[kVec];
 #pragma unroll
@@ -1143,14 +1139,14 @@ __device__ __forceinline__ void normalize_slice(const uint4 (&raw)[V], uint4* ou
 // previous instance's output, written out by a bulk store, and loaded again once that store has
 // read it. The output leaves through the copy engine too, so no thread stalls on its stores and
 // the cluster's CTAs keep in step.
-template <typename T, int V, int kThreads>
-__global__ void __launch_bounds__(kThreads, 1)
+template <typename T, int V>
+__global__ void __launch_bounds__(kStreamThreads, 1)
 stream_kernel(Params<T> p, int stages, int slice_vectors) {
   using acc_t = typename Elem<T>::acc;
   constexpr int kVec = Elem<T>::kVec;
   extern __shared__ uint4 stream_storage[];
   __shared__ unsigned long long full[kStreamMaxStages];
-  __shared__ Stats<acc_t> warp_partials[2][kThreads / kWarpSize];  // by instance parity
+  __shared__ Stats<acc_t> warp_partials[2][kStreamThreads / kWarpSize];  // by instance parity
   __shared__ uint4 slots[kSlots][kMaxCluster];
   __shared__ unsigned long long arrived[kSlots];
 
@@ -1170,14 +1166,14 @@ stream_kernel(Params<T> p, int stages, int slice_vectors) {
     pipe.issue<1>(static_cast<int>(iteration % stages), src, bytes);
   };
   const int first = threadIdx.x * kVec;
-  const int stride = kThreads * kVec;
+  const int stride = kStreamThreads * kVec;
   // Takes instance `iteration` out of its buffer into `raw` and sends the statistics.
   auto take_and_send = [&](int64_t iteration, uint4 (&raw)[V]) {
     const int stage = static_cast<int>(iteration % stages);
     pipe.wait(stage, static_cast<unsigned>((iteration / stages) & 1));
-    load_slice<V, kThreads>(raw, pipe.slice(stage, 0), g.vectors);
-    const Stats<acc_t> s = cta_reduce_to_warp0<kThreads>(thread_stats<T, V>(raw, first, stride, 0, g.count),
-                                                         warp_partials[iteration & 1]);
+    load_slice<V>(raw, pipe.slice(stage, 0), g.vectors);
+    const Stats<acc_t> s = cta_reduce_to_warp0(thread_stats<T, V>(raw, first, stride, 0, g.count),
+                                               warp_partials[iteration & 1]);
     if (threadIdx.x < kWarpSize) exchange.send(s, iteration, g);
   };
 
@@ -1186,6 +1182,7 @@ stream_kernel(Params<T> p, int stages, int slice_vectors) {
   }
   uint4 next[V];
   if (instance_of(0) < p.num_instances) take_and_send(0, next);
+  const acc_t inv_size = acc_t(1) / static_cast<acc_t>(p.instance_size);
   for (int64_t it = 0; instance_of(it) < p.num_instances; ++it) {
     uint4 raw[V];
 #pragma unroll
@@ -1193,14 +1190,14 @@ stream_kernel(Params<T> p, int stages, int slice_vectors) {
     if (instance_of(it + 1) < p.num_instances) take_and_send(it + 1, next);
     const Stats<acc_t> s = exchange.receive(it, g);
     const int64_t instance = instance_of(it);
-    const acc_t rstd = rsqrt(s.m2 / static_cast<acc_t>(p.instance_size) + p.eps);
+    const acc_t rstd = rsqrt(s.m2 * inv_size + p.eps);
     const int64_t channel = instance % p.channels;
     const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
     const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
     // The output goes into the buffer just taken (or, after the last take, one whose store has
     // been read: thread 0 waited for that before the previous iteration's barrier).
     uint4* out = pipe.slice(static_cast<int>((it + 1) % stages), 0);
-    normalize_slice<T, V, kThreads>(raw, out, g.vectors, s.mean, scale, shift);
+    normalize_slice<T, V>(raw, out, g.vectors, s.mean, scale, shift);
     async_proxy_fence();  // the bulk store reads what this thread wrote
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -1254,14 +1251,14 @@ stream_backward_kernel(BackwardParams<T> p, int stages, int slice_vectors) {
     const int stage = static_cast<int>(it % stages);
     pipe.wait(stage, static_cast<unsigned>((it / stages) & 1));
     uint4 xr[V], gr[V];
-    load_slice<V, kStreamThreads>(xr, pipe.slice(stage, 0), g.vectors);
-    load_slice<V, kStreamThreads>(gr, pipe.slice(stage, 1), g.vectors);
+    load_slice<V>(xr, pipe.slice(stage, 0), g.vectors);
+    load_slice<V>(gr, pipe.slice(stage, 1), g.vectors);
     const acc_t mean = p.stats[instance];
     const acc_t rstd = p.stats[p.num_instances + instance];
     const int first = threadIdx.x * kVec;
     const int stride = kStreamThreads * kVec;
     Sums<acc_t> s = thread_grad_sums<T, V>(xr, gr, first, stride, 0, g.count, mean);
-    s = cta_reduce_to_warp0<kStreamThreads>(s, warp_partials[it & 1]);
+    s = cta_reduce_to_warp0(s, warp_partials[it & 1]);
     if (threadIdx.x == 0) issue(it + stages);
     if (threadIdx.x < kWarpSize) exchange.send(s, it, g);
     s = exchange.receive(it, g);
@@ -1319,17 +1316,9 @@ const void* typed_kernel_for(Pass pass, const Plan& plan) {
   } else {
     const bool forward = pass == Pass::kForward;
     if (plan.stages > 0) {
-      const bool standard = plan.vectors_per_thread == kStreamVectors && plan.threads_per_instance == kStreamThreads;
-      const bool wide =
-          plan.vectors_per_thread == kStreamWideVectors && plan.threads_per_instance == kStreamWideThreads;
-      if (forward && standard) return reinterpret_cast<const void*>(&stream_kernel<T, kStreamVectors, kStreamThreads>);
-      if constexpr (Elem<T>::kVec == 8) {  // the wide shape serves 16-bit types
-        if (forward && wide) {
-          return reinterpret_cast<const void*>(&stream_kernel<T, kStreamWideVectors, kStreamWideThreads>);
-        }
-      }
-      if (standard) return reinterpret_cast<const void*>(&stream_backward_kernel<T, kStreamVectors>);
-      return nullptr;
+      if (plan.vectors_per_thread != kStreamVectors) return nullptr;
+      return forward ? reinterpret_cast<const void*>(&stream_kernel<T, kStreamVectors>)
+                     : reinterpret_cast<const void*>(&stream_backward_kernel<T, kStreamVectors>);
     }
     switch (plan.vectors_per_thread) {
       case 2: return forward ? reinterpret_cast<const void*>(&onchip_kernel<T, 2>)
@@ -1578,8 +1567,7 @@ int onchip_resident(DType dtype, Pass pass, const Plan& plan) {
                         held_bytes(plan, tensors_of(pass)));
 }
 
-// ---- stream plans: V = kStreamVectors vectors for each of kStreamThreads threads (16-bit forward:
-// kStreamWideVectors for each of kStreamWideThreads); either way a slice of up to 4096 vectors ----
+// ---- stream plans: vectors_per_thread = kStreamVectors, threads_per_instance = kStreamThreads ----
 // A CTA's slice of an instance, in vectors; the instance must be whole vectors.
 int64_t stream_slice_vectors(int64_t instance_size, int vec, int cluster_size) {
   return (instance_size / vec + cluster_size - 1) / cluster_size;
@@ -1594,8 +1582,7 @@ int stream_resident(DType dtype, Pass pass, const Plan& plan, int64_t instance_s
   const int64_t slice = stream_slice_vectors(instance_size, vector_width(dtype), plan.cluster_size);
   const int64_t smem = stream_smem(plan, slice, pass);
   if (smem > (int64_t(1) << 20)) return 0;
-  return resident_units(kernel_for(dtype, pass, plan), plan.cluster_size, plan.threads_per_instance,
-                        static_cast<int>(smem));
+  return resident_units(kernel_for(dtype, pass, plan), plan.cluster_size, kStreamThreads, static_cast<int>(smem));
 }
 
 // The forward's buffers hold an input and, later, an output: it needs two.
@@ -1608,11 +1595,8 @@ Plan choose_stream_plan(DType dtype, Pass pass, int64_t instance_size) {
   if (dtype == DType::kDouble || instance_size % vec != 0 || device_info().major < 9) return {0, 0, 0};
   for (int cs = 1; cs <= kMaxCluster; cs *= 2) {
     if (stream_slice_vectors(instance_size, vec, cs) > kStreamVectors * kStreamThreads) continue;
-    // 16-bit types hold twice the elements per vector: the forward gives them twice the threads.
-    const bool wide = pass == Pass::kForward && vec == 8;
     for (int stages = kStreamMaxStages; stages >= min_stages(pass); --stages) {
-      const Plan plan = wide ? Plan{cs, kStreamWideVectors, kStreamWideThreads, stages}
-                             : Plan{cs, kStreamVectors, kStreamThreads, stages};
+      const Plan plan{cs, kStreamVectors, kStreamThreads, stages};
       if (stream_resident(dtype, pass, plan, instance_size) > 0) return plan;
     }
     break;
@@ -1687,16 +1671,13 @@ void check_plan(DType dtype, Pass pass, const Plan& plan, int64_t instance_size)
     IN_CHECK(plan.stages >= min_stages(pass) && plan.stages <= kStreamMaxStages,
              "instance_norm: this stream plan takes ", std::to_string(min_stages(pass)), " to ",
              std::to_string(kStreamMaxStages), " stages");
-    const bool wide = pass == Pass::kForward && vec == 8 && plan.vectors_per_thread == kStreamWideVectors &&
-                      G == kStreamWideThreads;
-    IN_CHECK(wide || (plan.vectors_per_thread == kStreamVectors && G == kStreamThreads),
+    IN_CHECK(plan.vectors_per_thread == kStreamVectors && G == kStreamThreads,
              "instance_norm: a stream plan takes vectors_per_thread=", std::to_string(kStreamVectors),
-             " and threads_per_instance=", std::to_string(kStreamThreads), " (a 16-bit forward also ",
-             std::to_string(kStreamWideVectors), " and ", std::to_string(kStreamWideThreads), ")");
+             " and threads_per_instance=", std::to_string(kStreamThreads));
     IN_CHECK(device_info().major >= 9, "instance_norm: stream plans need sm_90 or newer");
     IN_CHECK(instance_size % vec == 0,
              "instance_norm: a stream plan needs H*W times the element size to be a multiple of 16 bytes");
-    IN_CHECK(stream_slice_vectors(instance_size, vec, plan.cluster_size) <= int64_t(plan.vectors_per_thread) * G,
+    IN_CHECK(stream_slice_vectors(instance_size, vec, plan.cluster_size) <= kStreamVectors * kStreamThreads,
              "instance_norm: plan ", describe(plan), " cannot hold an instance of ", std::to_string(instance_size),
              " elements");
     return;
@@ -1732,7 +1713,7 @@ void run(const Plan& plan, Pass pass, const Problem& problem) {
     launch.slice_vectors = static_cast<int>(
         stream_slice_vectors(problem.instance_size, vector_width(problem.dtype), plan.cluster_size));
     launch.smem = static_cast<int>(stream_smem(plan, launch.slice_vectors, pass));
-    launch.block = plan.threads_per_instance;
+    launch.block = kStreamThreads;
     // A persistent grid: as many clusters as fit at once, or one per instance if there are fewer.
     launch.grid = static_cast<unsigned>(std::min<int64_t>(resident, P) * plan.cluster_size);
   } else {

@@ -35,9 +35,6 @@ for dtype in (torch.float32, torch.bfloat16):
         y, stats = ops.forward_with_plan(x, w, w, 1e-5, *forward_plan)
         dx, sums = ops.backward_with_plan(torch.randn_like(x), x, w, stats, *backward_plan)
         y2, _ = ops.forward(x, None, None, 1e-5)
-if cluster_ok:  # the wide stream shape of 16-bit forwards
-    x = torch.randn(1, 40, 64, 64, device="cuda", dtype=torch.bfloat16)
-    y, stats = ops.forward_with_plan(x, None, None, 1e-5, 4, 1024, 16, 2)
 x = torch.randn(2, 3, 129, 127, device="cuda", dtype=torch.float64)  # float64: multi_cta only
 y, stats = ops.forward(x, None, None, 1e-5)
 dx, sums = ops.backward(torch.randn_like(x), x, None, stats)

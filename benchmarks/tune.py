@@ -63,10 +63,9 @@ def candidate_plans(m, vec):
                 if slots <= capacity <= 2 * slots + 64:
                     plans.append((k, g, cs))
     if m % vec == 0:
-        shapes = [(8, 512)] + ([(4, 1024)] if vec == 8 else [])  # 16-bit forwards have a wide shape
         for cs in (1, 2, 4, 8, 16):
             if -(-(m // vec) // cs) <= 8 * 512:
-                plans += [(k, g, cs, stages) for k, g in shapes for stages in (1, 2, 3, 4)]
+                plans += [(8, 512, cs, stages) for stages in (1, 2, 3, 4)]
     return plans
 
 
