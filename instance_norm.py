@@ -1,50 +1,68 @@
-"""Drop-in CUDA replacement for ``torch.nn.InstanceNorm2d``.
+"""Drop-in CUDA replacement for ``nn.InstanceNorm2d``.
 
-``ModelNew`` takes ``nn.InstanceNorm2d``'s arguments, parameters and buffers; on CUDA tensors its
-forward and backward run the kernels below (registered as ``torch.library`` custom ops, so
-``torch.compile`` and CUDA graphs see them); CPU tensors, and eval mode with running statistics
-(a per-channel affine map, not a normalization), go to PyTorch.
+``ModelNew`` takes ``nn.InstanceNorm2d``'s arguments, parameters, buffers and state_dict. On CUDA
+tensors every step runs this file's kernels: the normalization and its gradient, eval mode with
+running statistics (a per-channel affine map), the running-statistics update and the reduction of
+the affine gradients over the batch. The ops are registered with ``torch.library`` together with
+their autograd formulas and shape functions (all in C++), so eager mode, ``torch.compile`` and
+CUDA graphs see them. CPU tensors are computed with plain tensor operations.
 
-Each (n, c) plane of H*W elements is one *instance*. An instance norm needs one read and one write
-of every element, so every kernel but multi_cta holds an instance on chip between its reduction
-and its output. Which kernel serves a shape depends on the instance's size (numbers for float32;
-bf16/fp16 hold twice the elements in the same bytes):
+Each (n, c) plane of H*W elements is one *instance*. A normalization reads every element once and
+writes it once when the instance stays on chip between its reduction and its output. Which kernel
+serves a shape depends on the instance's size (numbers for float32; bf16/fp16 hold twice the
+elements in the same bytes); ``Plan`` names the choice, ``candidate_plans`` lists every plan the
+host accepts for a shape:
 
-* ``onchip``, a warp per instance (H*W up to 1024): several instances per CTA, warp-shuffle merges.
-* ``onchip``, a CTA per instance (up to 32K elements, 128 KB), copied into shared memory by cp.async.
-* ``stream`` (sm_90), instances of one to 16 CTAs' worth whose bytes are a multiple of 16 (the main
-  shape, 512x512 fp32, is 1 MiB): a persistent grid of clusters, each CTA owning a fixed slice of
-  every instance its cluster takes. The bulk copy engine loads the next instances' slices into a
-  ring of shared-memory buffers and writes the normalized output back out, so no thread waits on
-  memory; partial statistics travel to the cluster's peers by st.async, one instance ahead of the
-  normalization, with no cluster barrier. One read and one write per element: 1.04x the copy time.
-* ``cluster``, 8 CTAs per instance through distributed shared memory (sm_90): instances of up to
-  four CTAs' worth that the stream kernel does not take (H*W * element size not a multiple of 16).
-* ``multi_cta``, everything larger, float64, or no clusters (sm_80): partial statistics per 64 KB
-  chunk, a per-instance merge, then a normalize pass that reads the input again (reverse chunk
-  order, so the part still in L2 goes first).
+================  ===============================  ============================================
+regime            serves                           why
+================  ===============================  ============================================
+onchip, a warp    H*W up to 1024                   several instances per CTA; warp-shuffle
+per instance                                       merges; no barrier
+onchip, a CTA     up to 32K elements (128 KB)      cp.async copies the instance into shared
+per instance                                       memory: registers stay low, several CTAs
+                                                   overlap one's reduction with another's loads
+stream (sm_90)    one to 16 CTAs' worth, bytes a   a persistent grid of clusters, each CTA owns
+                  multiple of 16 (the main shape,  a slice of every instance; the bulk copy
+                  512x512, is 1 MiB)               engine keeps the next instances in flight and
+                                                   writes the output; partials go to the peers
+                                                   by st.async with no cluster barrier: 1.04x
+                                                   the copy time
+cluster (sm_90)   up to 4 CTAs' worth that the     8 CTAs per instance exchanging partials
+                  stream kernel refuses (bytes     through distributed shared memory
+                  not a multiple of 16)
+multi_cta         anything larger, float64, no     per-chunk partials, a per-instance merge,
+                  clusters (sm_80)                 then a second read (reverse chunk order, so
+                                                   what is still in L2 goes first)
+================  ===============================  ============================================
 
-The backward uses the same regimes (the stream kernel holds x and dy: one stage for 1 MiB fp32).
+Every regime runs forward and backward from one kernel per family: the family is written once
+over an *Op* (what a sweep over an instance computes: the forward's statistics and normalization,
+the backward's sums and input gradient, each from instance or running statistics, with an
+epilogue functor applied to the output) and an instance-addressing policy (contiguous NCHW spans
+today). Eval mode with running statistics runs the multi_cta family's single-read sweeps.
 
-Statistics are exact centered ones: each thread computes a corrected two-pass mean and M2 over the
-values it holds, and partial results merge with Chan's formula (no E[x^2] - E[x]^2 cancellation;
-constant instances give exactly zero). Accumulation is in float32 (float64 for float64 input) in a
-fixed order, so results are bitwise reproducible. Instances that do not start or end on a 16-byte
-boundary hand their few edge elements to one thread; everything else moves in 16-byte vectors.
+Statistics are exact centered ones: each thread computes a corrected two-sweep mean and M2 over
+the values it holds, and partial results merge with Chan's formula (no E[x^2] - E[x]^2
+cancellation; constant instances give exactly zero). Accumulation is in float32 (float64 for
+float64 input) in a fixed order, so results are bitwise reproducible; the affine gradients are
+reduced over the batch by a kernel in a fixed order too. Instances that do not start or end on a
+16-byte boundary hand their few edge elements to one thread; everything else moves in 16-byte
+vectors.
 
-The C++ is two translation units built in parallel (cold build about 20 s): the kernels, compiled
-by nvcc without ATen headers, and the host side (plan choice, checks, operator registration),
-compiled by the C++ compiler alone; a small interface of plain types joins them.
+The C++ is two translation units built in parallel: the kernels, compiled by nvcc without ATen
+headers, and the host side (plan space, checks, autograd, operator registration), compiled by the
+C++ compiler alone; a small interface of plain types joins them. Measurements and the history of
+each design are in benchmarks/NOTES.md.
 """
 
 import hashlib
 import inspect
 import os
 import warnings
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 _INTERFACE = r"""
 // =====================================================================================
@@ -56,38 +74,74 @@ _INTERFACE = r"""
 namespace INSTANCE_NORM_NS {
 
 inline constexpr int kWarpSize = 32;
-inline constexpr int kMaxBlock = 1024;
-inline constexpr int kBackwardMaxBlock = 512;  // two held tensors' addressing needs more than 64 registers
-inline constexpr int kMaxCluster = 16;
+inline constexpr int kMaxBlock = 1024;           // onchip forward CTAs
+inline constexpr int kBackwardMaxBlock = 512;    // onchip backward CTAs: addressing two held tensors
+                                                 // takes more than the 64 registers 1024 threads get
+inline constexpr int kSmallGroupBlock = 256;     // onchip plans of G < 128 threads pack instances into
+                                                 // CTAs of this size
+inline constexpr int kMinClusterThreads = 128;   // a cluster plan's G
+inline constexpr int kMaxCluster = 16;           // 16 needs the non-portable cluster size attribute
+inline constexpr int kPortableCluster = 8;
 inline constexpr int kStreamThreads = 512;
-inline constexpr int kStreamVectors = 8;       // V: a stream CTA's slice is up to 512 * 8 vectors (64 KB)
+inline constexpr int kStreamVectors = 8;         // a stream CTA's slice is up to 512 x 8 vectors (64 KB)
 inline constexpr int kStreamMaxStages = 4;
-inline constexpr int kChunkThreads = 512;       // multi_cta: a chunk is 512 threads x 8 vectors
+inline constexpr int kChunkThreads = 512;        // multi_cta: a chunk is 512 threads x 8 vectors
 inline constexpr int kChunkVectorsPerThread = 8;
+inline constexpr int kMergeThreads = 256;        // multi_cta merge and the per-channel kernels: a warp
+                                                 // per instance or channel
+inline constexpr int64_t kMaxGrid = int64_t(1) << 22;  // grid-stride loops beyond this many CTAs
+inline constexpr int kStaticSmemReserve = 4096;  // a kernel's static shared memory, kept out of the
+                                                 // dynamic grant
+inline constexpr int kVectorBytes = 16;
 
 enum class DType : int { kFloat, kHalf, kBFloat16, kDouble };
-enum class Pass : int { kForward, kBackward };
+enum class Direction : int { kForward, kBackward };
+// Where an instance's mean and variance come from: its own elements (training, or no running
+// statistics), or the per-channel running statistics (eval).
+enum class Source : int { kInstance, kRunning };
 
-// Which kernel serves a call: cluster_size 0 is multi_cta; stages > 0 the stream kernel; otherwise
-// the on-chip kernel with K vectors per thread, G threads per instance, CS CTAs per instance.
+// A plan says which kernel family serves a call and with what shape; the regime says which of the
+// other fields mean something (the rest are 0). Field order everywhere (C++, the op schema's
+// int[] plan, Python's Plan, the tests): regime, vectors, threads, cluster, stages.
+enum class Regime : int { kMultiCta = 0, kOnchip = 1, kCluster = 2, kStream = 3 };
+
 struct Plan {
-  int cluster_size;
-  int vectors_per_thread;   // K (V for stream plans)
-  int threads_per_instance; // G
-  int stages = 0;
+  Regime regime;
+  int vectors;  // K: 16-byte vectors per thread (stream: fixed, kStreamVectors)
+  int threads;  // G: threads per instance per CTA (stream: fixed, kStreamThreads)
+  int cluster;  // CS: CTAs per instance (onchip: 1)
+  int stages;   // stream: shared-memory buffers in the ring
+
+  static constexpr Plan multi_cta() { return {Regime::kMultiCta, 0, 0, 0, 0}; }
+  static constexpr Plan onchip(int vectors, int threads) { return {Regime::kOnchip, vectors, threads, 1, 0}; }
+  static constexpr Plan clustered(int vectors, int threads, int cluster) {
+    return {Regime::kCluster, vectors, threads, cluster, 0};
+  }
+  static constexpr Plan stream(int cluster, int stages) {
+    return {Regime::kStream, kStreamVectors, kStreamThreads, cluster, stages};
+  }
+};
+
+// A per-channel vector (weight, bias, running statistics, their gradients) in its own dtype; a
+// null data pointer means absent.
+struct ChannelVector {
+  void* data;
+  DType dtype;
+  int64_t stride;
 };
 
 // One call's tensors as raw pointers. Forward: x -> out (y), stats. Backward: x, dy, stats -> out
-// (dx), sums. weight and bias are accumulation-type vectors of C, or null.
+// (dx), sums. Source::kRunning reads running_mean and running_var instead of stats.
 struct Problem {
   DType dtype;
+  Direction direction;
+  Source source;
   const void* x;
   const void* dy;
   void* out;
-  const void* weight;
-  const void* bias;
-  void* stats;
-  void* sums;
+  ChannelVector weight, bias, running_mean, running_var;
+  void* stats;  // (2, P) accumulation type: mean, then rstd
+  void* sums;   // (2, P) accumulation type: sum(dy), then sum(dy * x_hat)
   int64_t num_instances;
   int64_t instance_size;
   int64_t channels;
@@ -99,26 +153,50 @@ struct Launch {
   unsigned grid;
   int block;
   int smem;
-  int slice_vectors;  // stream plans: one CTA's slice of an instance
+  int slice_vectors;  // stream plans: one CTA's slice of an instance, in vectors
 };
 
+// The launch configuration of a cluster kernel, shared by the launch and the occupancy query.
+inline cudaLaunchConfig_t cluster_config(unsigned grid, int block, int smem, int cluster, cudaStream_t stream,
+                                         cudaLaunchAttribute* attribute) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(block);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  attribute->id = cudaLaunchAttributeClusterDimension;
+  attribute->val.clusterDim.x = cluster;
+  attribute->val.clusterDim.y = 1;
+  attribute->val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
 // Defined in the kernel translation unit.
-const void* kernel_for(DType dtype, Pass pass, const Plan& plan);  // null: no such kernel
-int64_t chunks_per_instance(DType dtype, int64_t instance_size);   // multi_cta chunks
-int64_t chunk_partial_bytes(DType dtype, Pass pass);               // multi_cta workspace per chunk
-cudaError_t launch_kernel(const Plan& plan, Pass pass, const Problem& problem, const Launch& launch,
-                          void* workspace, cudaStream_t stream);
+const void* kernel_for(DType dtype, Direction direction, const Plan& plan);  // null: no such kernel
+int64_t chunks_per_instance(DType dtype, int64_t instance_size);             // multi_cta chunks
+int64_t chunk_workspace_bytes(const Problem& problem);                       // multi_cta partials
+cudaError_t launch_plan(const Plan& plan, const Problem& problem, const Launch& launch, void* workspace,
+                        cudaStream_t stream);
+// Per-channel sums over the batch of the backward's per-instance sums: dweight, dbias (each may
+// be absent); count 0 instance elements makes them zero.
+cudaError_t launch_channel_sums(const Problem& problem, ChannelVector dweight, ChannelVector dbias,
+                                cudaStream_t stream);
+// running = (1 - momentum) * running + momentum * (batch mean of the instances' mean / unbiased var).
+cudaError_t launch_running_stats(DType acc, const void* stats, int64_t batch, int64_t channels, int64_t count,
+                                 double momentum, double eps, ChannelVector running_mean,
+                                 ChannelVector running_var, cudaStream_t stream);
+cudaError_t launch_fill(ChannelVector target, int64_t count, double value, cudaStream_t stream);
 
 }  // namespace INSTANCE_NORM_NS
 """
 
 _KERNEL_SOURCE = r"""
 // =====================================================================================
-// Shared helpers
+// Element types and 16-byte vectors
 // =====================================================================================
 #include <cooperative_groups.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 namespace cg = cooperative_groups;
 
@@ -133,13 +211,74 @@ constexpr unsigned kFullMask = 0xffffffffu;
 #define IN_HAS_CLUSTERS 0
 #endif
 
-// A 16-byte vector stays packed in a uint4 so that 8 halves cost 4 registers, not 8.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define IN_HAS_BF16_CVT 1
+#else
+#define IN_HAS_BF16_CVT 0
+#endif
+
+// A 16-byte vector stays packed in a uint4 so that 8 16-bit values cost 4 registers, not 8.
 __device__ __forceinline__ unsigned int word_of(const uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
 __device__ __forceinline__ unsigned int& word_of(uint4& u, int i) {
   return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
+
+// 16-bit floats travel as their bits; the conversions are the cvt instructions themselves, so both
+// 16-bit types share one element template and the kernels need no fp16/bf16 headers.
+struct F16 {
+  unsigned short bits;
+};
+struct BF16 {
+  unsigned short bits;
+};
+
+struct F16Bits {
+  __device__ static float to_float(unsigned short b) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
+    return f;
+  }
+  __device__ static unsigned short from_float(float f) {
+    unsigned short b;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(f));
+    return b;
+  }
+  __device__ static unsigned int pack2(float lo, float hi) {  // lo in the low 16 bits
+#if IN_HAS_BF16_CVT
+    unsigned int w;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    return w;
+#else
+    return static_cast<unsigned int>(from_float(lo)) | (static_cast<unsigned int>(from_float(hi)) << 16);
+#endif
+  }
+};
+
+struct BF16Bits {
+  __device__ static float to_float(unsigned short b) { return __uint_as_float(static_cast<unsigned int>(b) << 16); }
+  __device__ static unsigned short from_float(float f) {
+#if IN_HAS_BF16_CVT
+    unsigned short b;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f));
+    return b;
+#else
+    const unsigned int u = __float_as_uint(f);  // round to nearest even; NaN stays a quiet NaN
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<unsigned short>((u >> 16) | 0x40u);
+    return static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
+  }
+  __device__ static unsigned int pack2(float lo, float hi) {
+#if IN_HAS_BF16_CVT
+    unsigned int w;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+    return w;
+#else
+    return static_cast<unsigned int>(from_float(lo)) | (static_cast<unsigned int>(from_float(hi)) << 16);
+#endif
+  }
+};
 
 // Element access per storage type: acc is the accumulation type, kVec elements per 16 bytes.
 template <typename T> struct Elem;
@@ -150,62 +289,9 @@ template <> struct Elem<float> {
   __device__ static float to_acc(float v) { return v; }
   __device__ static float from_acc(float v) { return v; }
   __device__ static float get(const uint4& u, int j) { return __uint_as_float(word_of(u, j)); }
-  __device__ static void load_one(uint4& u, int j, const float* p) {
-    word_of(u, j) = __float_as_uint(__ldcs(p));
-  }
-  __device__ static void store_one(float* p, float v) { __stcs(p, v); }
   __device__ static uint4 pack(const float* v) {
     return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
                       __float_as_uint(v[3]));
-  }
-};
-
-template <typename Half> struct Elem16 {
-  using acc = float;
-  static constexpr int kVec = 8;
-  __device__ static unsigned short bits(const uint4& u, int j) {
-    return static_cast<unsigned short>(word_of(u, j >> 1) >> ((j & 1) * 16));
-  }
-  __device__ static void load_one(uint4& u, int j, const Half* p) {
-    unsigned int b = __ldcs(reinterpret_cast<const unsigned short*>(p));
-    unsigned int& w = word_of(u, j >> 1);
-    w = (j & 1) ? ((w & 0x0000ffffu) | (b << 16)) : ((w & 0xffff0000u) | b);
-  }
-};
-
-template <> struct Elem<__half> : Elem16<__half> {
-  __device__ static float to_acc(__half v) { return __half2float(v); }
-  __device__ static __half from_acc(float v) { return __float2half_rn(v); }
-  __device__ static float get(const uint4& u, int j) { return __half2float(__ushort_as_half(bits(u, j))); }
-  __device__ static void store_one(__half* p, float v) {
-    __stcs(reinterpret_cast<unsigned short*>(p), __half_as_ushort(__float2half_rn(v)));
-  }
-  __device__ static uint4 pack(const float* v) {
-    uint4 u;
-    for (int i = 0; i < 4; ++i) {
-      __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-      word_of(u, i) = *reinterpret_cast<unsigned int*>(&h);
-    }
-    return u;
-  }
-};
-
-template <> struct Elem<__nv_bfloat16> : Elem16<__nv_bfloat16> {
-  __device__ static float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 from_acc(float v) { return __float2bfloat16_rn(v); }
-  __device__ static float get(const uint4& u, int j) {
-    return __bfloat162float(__ushort_as_bfloat16(bits(u, j)));
-  }
-  __device__ static void store_one(__nv_bfloat16* p, float v) {
-    __stcs(reinterpret_cast<unsigned short*>(p), __bfloat16_as_ushort(__float2bfloat16_rn(v)));
-  }
-  __device__ static uint4 pack(const float* v) {
-    uint4 u;
-    for (int i = 0; i < 4; ++i) {
-      __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-      word_of(u, i) = *reinterpret_cast<unsigned int*>(&h);
-    }
-    return u;
   }
 };
 
@@ -217,17 +303,64 @@ template <> struct Elem<double> {
   __device__ static double get(const uint4& u, int j) {
     return __hiloint2double(static_cast<int>(word_of(u, 2 * j + 1)), static_cast<int>(word_of(u, 2 * j)));
   }
-  __device__ static void load_one(uint4& u, int j, const double* p) {
-    double v = __ldcs(p);
-    word_of(u, 2 * j) = static_cast<unsigned int>(__double2loint(v));
-    word_of(u, 2 * j + 1) = static_cast<unsigned int>(__double2hiint(v));
-  }
-  __device__ static void store_one(double* p, double v) { __stcs(p, v); }
   __device__ static uint4 pack(const double* v) {
     return make_uint4(static_cast<unsigned int>(__double2loint(v[0])), static_cast<unsigned int>(__double2hiint(v[0])),
                       static_cast<unsigned int>(__double2loint(v[1])), static_cast<unsigned int>(__double2hiint(v[1])));
   }
 };
+
+template <typename T, typename Bits> struct Elem16 {
+  using acc = float;
+  static constexpr int kVec = 8;
+  __device__ static float to_acc(T v) { return Bits::to_float(v.bits); }
+  __device__ static T from_acc(float v) { return T{Bits::from_float(v)}; }
+  __device__ static float get(const uint4& u, int j) {
+    return Bits::to_float(static_cast<unsigned short>(word_of(u, j >> 1) >> ((j & 1) * 16)));
+  }
+  __device__ static uint4 pack(const float* v) {
+    uint4 u;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) word_of(u, i) = Bits::pack2(v[2 * i], v[2 * i + 1]);
+    return u;
+  }
+};
+template <> struct Elem<F16> : Elem16<F16, F16Bits> {};
+template <> struct Elem<BF16> : Elem16<BF16, BF16Bits> {};
+
+template <typename T>
+__device__ __forceinline__ typename Elem<T>::acc scalar_at(const T* x, int64_t i) {
+  return Elem<T>::to_acc(x[i]);
+}
+
+// One element of a per-channel vector, converted to the accumulation type; `absent` if there is none.
+template <typename acc_t>
+__device__ __forceinline__ acc_t channel_value(const ChannelVector& v, int64_t channel, acc_t absent) {
+  if (v.data == nullptr) return absent;
+  const int64_t i = channel * v.stride;
+  switch (v.dtype) {
+    case DType::kFloat: return static_cast<acc_t>(static_cast<const float*>(v.data)[i]);
+    case DType::kDouble: return static_cast<acc_t>(static_cast<const double*>(v.data)[i]);
+    case DType::kHalf: return static_cast<acc_t>(F16Bits::to_float(static_cast<const unsigned short*>(v.data)[i]));
+    default: return static_cast<acc_t>(BF16Bits::to_float(static_cast<const unsigned short*>(v.data)[i]));
+  }
+}
+
+template <typename acc_t>
+__device__ __forceinline__ void set_channel_value(const ChannelVector& v, int64_t channel, acc_t value) {
+  const int64_t i = channel * v.stride;
+  switch (v.dtype) {
+    case DType::kFloat: static_cast<float*>(v.data)[i] = static_cast<float>(value); break;
+    case DType::kDouble: static_cast<double*>(v.data)[i] = static_cast<double>(value); break;
+    case DType::kHalf:
+      static_cast<unsigned short*>(v.data)[i] = F16Bits::from_float(static_cast<float>(value));
+      break;
+    default: static_cast<unsigned short*>(v.data)[i] = BF16Bits::from_float(static_cast<float>(value)); break;
+  }
+}
+
+// =====================================================================================
+// Partials and reductions, generic over the partial type
+// =====================================================================================
 
 // (mean, M2, count) of a set of values; M2 is the sum of squared deviations from the mean.
 template <typename acc_t> struct Stats {
@@ -236,7 +369,7 @@ template <typename acc_t> struct Stats {
 
 // Chan et al.'s pairwise merge: exact for constant data and free of cancellation.
 template <typename acc_t>
-__device__ __forceinline__ Stats<acc_t> merge(const Stats<acc_t>& a, const Stats<acc_t>& b) {
+__device__ __forceinline__ Stats<acc_t> combine(const Stats<acc_t>& a, const Stats<acc_t>& b) {
   const acc_t n = a.n + b.n;
   // Merging two empty partials divides 0 by 1, not 0 by 0, which would take the division's slow path.
   const acc_t wb = b.n / (n > acc_t(1) ? n : acc_t(1));
@@ -249,10 +382,6 @@ template <typename acc_t> struct Sums {
   acc_t a, b;  // sum(dy), sum(dy * (x - mean))
 };
 
-// One combine per partial type, so that every reduction below serves the forward's statistics and
-// the backward's sums alike. A value-initialized partial (P{}) is the empty one.
-template <typename acc_t>
-__device__ __forceinline__ Stats<acc_t> combine(const Stats<acc_t>& a, const Stats<acc_t>& b) { return merge(a, b); }
 template <typename acc_t>
 __device__ __forceinline__ Sums<acc_t> combine(const Sums<acc_t>& a, const Sums<acc_t>& b) {
   return {a.a + b.a, a.b + b.b};
@@ -266,9 +395,13 @@ template <typename acc_t>
 __device__ __forceinline__ Sums<acc_t> shfl_xor(const Sums<acc_t>& s, int offset) {
   return {__shfl_xor_sync(kFullMask, s.a, offset), __shfl_xor_sync(kFullMask, s.b, offset)};
 }
+__device__ __forceinline__ double shfl_xor(double v, int offset) { return __shfl_xor_sync(kFullMask, v, offset); }
+__device__ __forceinline__ float shfl_xor(float v, int offset) { return __shfl_xor_sync(kFullMask, v, offset); }
+__device__ __forceinline__ double combine(double a, double b) { return a + b; }
+__device__ __forceinline__ float combine(float a, float b) { return a + b; }
 
 // Butterfly reduction across the warp. Both partners combine (lower lane, upper lane) in that
-// order, so every lane ends with bitwise the same result.
+// order, so every lane ends with bitwise the same result. A value-initialized partial is empty.
 template <typename P>
 __device__ __forceinline__ P warp_reduce(P s) {
   const int lane = threadIdx.x & (kWarpSize - 1);
@@ -277,6 +410,20 @@ __device__ __forceinline__ P warp_reduce(P s) {
     const P other = shfl_xor(s, offset);
     s = (lane & offset) ? combine(other, s) : combine(s, other);
   }
+  return s;
+}
+
+// Reduces the thread partials of a CTA of kThreads; the result is valid in warp 0. Callers
+// alternate between two warp_partials buffers by iteration parity: the barrier of the next
+// iteration separates this iteration's reads from the writes two iterations on.
+template <typename P, int kThreads>
+__device__ __forceinline__ P cta_reduce(P s, P* warp_partials) {
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  const int warp = threadIdx.x / kWarpSize;
+  s = warp_reduce(s);
+  if (lane == 0) warp_partials[warp] = s;
+  __syncthreads();
+  if (warp == 0) s = warp_reduce(lane < kThreads / kWarpSize ? warp_partials[lane] : P{});
   return s;
 }
 
@@ -315,20 +462,6 @@ __device__ __forceinline__ void cluster_release(int cluster_size) {
 #endif
 }
 
-// A CTA-wide reduction for the multi_cta chunk kernels; the result is valid in thread 0.
-template <typename P, int kThreads>
-__device__ __forceinline__ P cta_reduce(P s) {
-  __shared__ P warp_partials[kThreads / kWarpSize];
-  const int lane = threadIdx.x & (kWarpSize - 1);
-  const int warp = threadIdx.x / kWarpSize;
-  s = warp_reduce(s);
-  if (lane == 0) warp_partials[warp] = s;
-  __syncthreads();
-  if (warp == 0) s = warp_reduce(lane < kThreads / kWarpSize ? warp_partials[lane] : P{});
-  __syncthreads();  // warp_partials may be reused by the caller's next iteration
-  return s;
-}
-
 // One warp combines an instance's chunk partials in a fixed order; every lane gets the result.
 template <typename P>
 __device__ __forceinline__ P reduce_chunks(const P* partials, int64_t count) {
@@ -337,13 +470,23 @@ __device__ __forceinline__ P reduce_chunks(const P* partials, int64_t count) {
   return warp_reduce(s);
 }
 
-// An instance's elements split into whole 16-byte vectors, handled by every thread from registers,
-// and at most 2 * (kVec - 1) boundary elements [0, head_end) and [tail_begin, size) when the
-// instance does not start or end on a vector boundary, handled by one thread with scalar accesses.
-// Keeping masks off the per-element path is what keeps K = 8 vectors within 64 registers.
+// =====================================================================================
+// Where elements lie
+// =====================================================================================
+
+// Instance-addressing policy: contiguous NCHW spans, instance i is elements [i * M, (i + 1) * M).
+struct Spans {
+  __device__ static int64_t base(int64_t instance, int64_t instance_size) { return instance * instance_size; }
+};
+
+// An instance's elements split into whole 16-byte vectors, handled by every thread from registers
+// or shared memory, and at most 2 * (kVec - 1) boundary elements [0, head_count) and
+// [tail_begin, size) when the instance does not start or end on a vector boundary, handled by one
+// thread with scalar accesses. Keeping masks off the per-element path keeps K = 8 vectors within
+// 64 registers.
 struct Boundary {
-  int head_count;      // elements [0, head_count)
-  int tail_count;      // elements [tail_begin, tail_begin + tail_count)
+  int head_count;
+  int tail_count;
   int64_t tail_begin;
   __device__ int count() const { return head_count + tail_count; }
   __device__ int64_t at(int i) const { return i < head_count ? i : tail_begin + (i - head_count); }
@@ -357,45 +500,10 @@ __device__ __forceinline__ Boundary boundary_of(int64_t size, int head) {
   return {head_count, static_cast<int>(size - tail_begin), tail_begin};
 }
 
-template <typename T>
-__device__ __forceinline__ typename Elem<T>::acc scalar_at(const T* x, int64_t i) {
-  return Elem<T>::to_acc(x[i]);
-}
+// The k-th of a thread's K vectors starts at element first + k * stride of a 16-byte aligned base;
+// it is used when it lies wholly inside [lo, hi).
+__device__ __forceinline__ bool whole(int e, int vec, int lo, int hi) { return e >= lo && e + vec <= hi; }
 
-// Corrected two-pass statistics of the boundary elements (few; read through the cache twice).
-template <typename T>
-__device__ __forceinline__ Stats<typename Elem<T>::acc> boundary_stats(const T* x, Boundary b) {
-  using acc_t = typename Elem<T>::acc;
-  const int count = b.count();
-  if (count == 0) return {acc_t(0), acc_t(0), acc_t(0)};
-  acc_t sum = 0;
-#pragma unroll 1
-  for (int i = 0; i < count; ++i) sum += scalar_at(x, b.at(i));
-  const acc_t n = static_cast<acc_t>(count);
-  const acc_t mean0 = sum / n;
-  acc_t d = 0, q = 0;
-#pragma unroll 1
-  for (int i = 0; i < count; ++i) {
-    const acc_t v = scalar_at(x, b.at(i)) - mean0;
-    d += v;
-    q += v * v;
-  }
-  const acc_t m2 = q - d * d / n;
-  return {mean0 + d / n, m2 > acc_t(0) ? m2 : acc_t(0), n};
-}
-
-template <typename T>
-__device__ __forceinline__ void store_boundary(const T* x, T* y, Boundary b, typename Elem<T>::acc mean,
-                               typename Elem<T>::acc scale, typename Elem<T>::acc shift) {
-#pragma unroll 1
-  for (int i = 0; i < b.count(); ++i) {
-    const int64_t at = b.at(i);
-    y[at] = Elem<T>::from_acc((scalar_at(x, at) - mean) * scale + shift);
-  }
-}
-
-// The k-th of a thread's K vectors starts at element first + k * stride of `base` (a 16-byte
-// aligned position); it is used when it lies wholly inside [lo, hi).
 template <typename T, int K>
 __device__ __forceinline__ void load_whole_vectors(uint4 (&raw)[K], const T* base, int first, int stride, int lo,
                                                    int hi) {
@@ -403,7 +511,7 @@ __device__ __forceinline__ void load_whole_vectors(uint4 (&raw)[K], const T* bas
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int e = first + k * stride;
-    raw[k] = (e >= lo && e + kVec <= hi) ? __ldcs(reinterpret_cast<const uint4*>(base + e)) : make_uint4(0, 0, 0, 0);
+    raw[k] = whole(e, kVec, lo, hi) ? __ldcs(reinterpret_cast<const uint4*>(base + e)) : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -425,10 +533,10 @@ __device__ __forceinline__ void copy_whole_vectors_async(uint4* held, int step, 
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int e = first + k * stride;
-    const bool whole = e >= lo && e + kVec <= hi;
-    const T* src = whole ? base + e : base;
+    const bool in = whole(e, kVec, lo, hi);
+    const T* src = in ? base + e : base;
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(held + k * step));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(whole ? 16 : 0)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 16 : 0)
                  : "memory");
   }
   asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -436,7 +544,41 @@ __device__ __forceinline__ void copy_whole_vectors_async(uint4* held, int step, 
 
 __device__ __forceinline__ void wait_async_copies() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// Corrected two-pass statistics of the whole vectors a thread holds.
+// =====================================================================================
+// Ops: what one sweep over an instance computes. The kernel families below are written once over
+// an Op. An Op has:
+//   T, acc_t, Partial, Known, Coef    element, accumulation, per-thread partial, what is known of an
+//                                     instance before its reduction, the element map's coefficients
+//   kInputs                           tensors read per element (input(p, t), t < kInputs)
+//   kRunAhead                         stream family: send instance i + 1's partial before receiving
+//                                     i's, output through the copy engine (single-input Ops)
+//   kPartials, kCoefKnown             whether there is anything to reduce; whether the coefficients
+//                                     are known before the reduction (running statistics)
+//   kMaxBlock                         the largest onchip CTA
+//   known, thread_partial, boundary_partial, coef, apply, publish, published
+// and takes an epilogue functor applied to the forward's output.
+// =====================================================================================
+
+template <typename T> struct Params {
+  using acc_t = typename Elem<T>::acc;
+  const T* x;
+  const T* dy;
+  T* out;  // y or dx
+  ChannelVector weight, bias, running_mean, running_var;
+  acc_t* stats;  // (2, P): mean, then rstd
+  acc_t* sums;   // (2, P): sum(dy), then sum(dy * x_hat)
+  int64_t num_instances;
+  int64_t instance_size;
+  int64_t channels;
+  acc_t eps;
+};
+
+// Epilogue functors: the output element is Epi::apply(normalized * weight + bias).
+struct Identity {
+  template <typename acc_t> __device__ static acc_t apply(acc_t v) { return v; }
+};
+
+// Corrected two-sweep statistics of the whole vectors a thread holds.
 template <typename T, int K, typename Vectors>
 __device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const Vectors& raw, int first, int stride,
                                                                       int lo, int hi) {
@@ -447,7 +589,7 @@ __device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const Vecto
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int e = first + k * stride;
-    if (e >= lo && e + kVec <= hi) {
+    if (whole(e, kVec, lo, hi)) {
       ++vectors;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) sum += Elem<T>::get(raw[k], j);
@@ -460,7 +602,7 @@ __device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const Vecto
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int e = first + k * stride;
-    if (e >= lo && e + kVec <= hi) {
+    if (whole(e, kVec, lo, hi)) {
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
         const acc_t v = Elem<T>::get(raw[k], j) - mean0;
@@ -473,95 +615,285 @@ __device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const Vecto
   return {mean0 + d / n, m2 > acc_t(0) ? m2 : acc_t(0), n};
 }
 
-// y = (x - mean) * scale + shift for the whole vectors a thread holds.
-template <typename T, int K, typename Vectors>
-__device__ __forceinline__ void store_whole_vectors(const Vectors& raw, T* base, int first, int stride, int lo,
-                                                    int hi, typename Elem<T>::acc mean, typename Elem<T>::acc scale,
-                                                    typename Elem<T>::acc shift) {
+// Corrected two-sweep statistics of the boundary elements (few; read through the cache twice).
+template <typename T>
+__device__ __forceinline__ Stats<typename Elem<T>::acc> boundary_stats(const T* x, Boundary b) {
   using acc_t = typename Elem<T>::acc;
+  const int count = b.count();
+  if (count == 0) return {acc_t(0), acc_t(0), acc_t(0)};
+  acc_t sum = 0;
+#pragma unroll 1
+  for (int i = 0; i < count; ++i) sum += scalar_at(x, b.at(i));
+  const acc_t n = static_cast<acc_t>(count);
+  const acc_t mean0 = sum / n;
+  acc_t d = 0, q = 0;
+#pragma unroll 1
+  for (int i = 0; i < count; ++i) {
+    const acc_t v = scalar_at(x, b.at(i)) - mean0;
+    d += v;
+    q += v * v;
+  }
+  const acc_t m2 = q - d * d / n;
+  return {mean0 + d / n, m2 > acc_t(0) ? m2 : acc_t(0), n};
+}
+
+// The forward: statistics of x, then y = Epi(((x - mean) * rstd) * weight + bias).
+template <typename T_, class Epi, Source kSource>
+struct Forward {
+  using T = T_;
+  using acc_t = typename Elem<T>::acc;
+  using Partial = Stats<acc_t>;
+  struct Known {};
+  struct Coef {
+    acc_t mean, scale, shift;
+  };
+  static constexpr int kInputs = 1;
+  static constexpr bool kRunAhead = true;
+  static constexpr bool kPartials = kSource == Source::kInstance;
+  static constexpr bool kCoefKnown = kSource == Source::kRunning;
+  static constexpr int kMaxBlock = INSTANCE_NORM_NS::kMaxBlock;
+
+  __device__ static const T* input(const Params<T>& p, int) { return p.x; }
+  __device__ static Known known(const Params<T>&, int64_t) { return {}; }
+  template <int K, class Held>
+  __device__ static Partial thread_partial(const Held& held, int first, int stride, int lo, int hi, const Known&) {
+    return thread_stats<T, K>(held[0], first, stride, lo, hi);
+  }
+  __device__ static Partial boundary_partial(const Params<T>& p, int64_t base, Boundary b, const Known&) {
+    return boundary_stats<T>(p.x + base, b);
+  }
+  __device__ static acc_t rstd_of(const Params<T>& p, const Partial& total) {
+    return rsqrt(total.m2 / static_cast<acc_t>(p.instance_size) + p.eps);
+  }
+  __device__ static Coef coef_from(const Params<T>& p, int64_t instance, acc_t mean, acc_t rstd) {
+    const int64_t channel = instance % p.channels;
+    return {mean, rstd * channel_value(p.weight, channel, acc_t(1)), channel_value(p.bias, channel, acc_t(0))};
+  }
+  __device__ static Coef coef(const Params<T>& p, int64_t instance, const Partial& total, const Known&) {
+    if constexpr (kSource == Source::kRunning) {
+      return published(p, instance);
+    } else {
+      return coef_from(p, instance, total.mean, rstd_of(p, total));
+    }
+  }
+  __device__ static acc_t apply(const Coef& c, const acc_t (&v)[kInputs]) {
+    return Epi::apply((v[0] - c.mean) * c.scale + c.shift);
+  }
+  __device__ static void publish(const Params<T>& p, int64_t instance, const Partial& total, const Known&) {
+    p.stats[instance] = total.mean;
+    p.stats[p.num_instances + instance] = rstd_of(p, total);
+  }
+  __device__ static Coef published(const Params<T>& p, int64_t instance) {
+    if constexpr (kSource == Source::kRunning) {
+      const int64_t channel = instance % p.channels;
+      const acc_t var = channel_value(p.running_var, channel, acc_t(1));
+      return coef_from(p, instance, channel_value(p.running_mean, channel, acc_t(0)), rsqrt(var + p.eps));
+    } else {
+      return coef_from(p, instance, p.stats[instance], p.stats[p.num_instances + instance]);
+    }
+  }
+};
+
+// The backward: with x^ = (x - mean) * rstd and the instance's sums A = sum(dy), B = sum(dy * x^),
+// dx = w * rstd * (dy - A / M - x^ * B / M); A and B go out for dweight and dbias. From running
+// statistics the mean and rstd are constants and dx = w * rstd * dy.
+template <typename T_, class Epi, Source kSource>
+struct Backward {
+  static_assert(std::is_same<Epi, Identity>::value, "the backward of an epilogue is not written yet");
+  using T = T_;
+  using acc_t = typename Elem<T>::acc;
+  using Partial = Sums<acc_t>;
+  struct Known {
+    acc_t mean, rstd;
+  };
+  struct Coef {  // dx = c1 * dy + c2 + c3 * (x - mean)
+    acc_t mean, c1, c2, c3;
+  };
+  static constexpr int kInputs = 2;  // x, dy
+  static constexpr bool kRunAhead = false;
+  static constexpr bool kPartials = true;
+  static constexpr bool kCoefKnown = kSource == Source::kRunning;
+  static constexpr int kMaxBlock = kBackwardMaxBlock;
+
+  __device__ static const T* input(const Params<T>& p, int t) { return t == 0 ? p.x : p.dy; }
+  __device__ static Known known(const Params<T>& p, int64_t instance) {
+    if constexpr (kSource == Source::kRunning) {
+      const int64_t channel = instance % p.channels;
+      const acc_t var = channel_value(p.running_var, channel, acc_t(1));
+      return {channel_value(p.running_mean, channel, acc_t(0)), rsqrt(var + p.eps)};
+    } else {
+      return {p.stats[instance], p.stats[p.num_instances + instance]};
+    }
+  }
+  template <int K, class Held>
+  __device__ static Partial thread_partial(const Held& held, int first, int stride, int lo, int hi,
+                                           const Known& known) {
+    constexpr int kVec = Elem<T>::kVec;
+    Partial s{};
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int e = first + k * stride;
+      if (whole(e, kVec, lo, hi)) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          const acc_t g = Elem<T>::get(held[1][k], j);
+          s.a += g;
+          s.b += g * (Elem<T>::get(held[0][k], j) - known.mean);
+        }
+      }
+    }
+    return s;
+  }
+  __device__ static Partial boundary_partial(const Params<T>& p, int64_t base, Boundary b, const Known& known) {
+    Partial s{};
+#pragma unroll 1
+    for (int i = 0; i < b.count(); ++i) {
+      const int64_t at = base + b.at(i);
+      const acc_t g = scalar_at(p.dy, at);
+      s.a += g;
+      s.b += g * (scalar_at(p.x, at) - known.mean);
+    }
+    return s;
+  }
+  __device__ static Coef coef(const Params<T>& p, int64_t instance, const Partial& total, const Known& known) {
+    const acc_t c1 = channel_value(p.weight, instance % p.channels, acc_t(1)) * known.rstd;
+    if constexpr (kSource == Source::kRunning) {
+      return {known.mean, c1, acc_t(0), acc_t(0)};
+    } else {
+      const acc_t inv_m = acc_t(1) / static_cast<acc_t>(p.instance_size);
+      return {known.mean, c1, -c1 * total.a * inv_m, -c1 * known.rstd * known.rstd * total.b * inv_m};
+    }
+  }
+  __device__ static acc_t apply(const Coef& c, const acc_t (&v)[kInputs]) {
+    if constexpr (kSource == Source::kRunning) {
+      return c.c1 * v[1];  // x does not enter: an inf in x must not turn dx into NaN
+    } else {
+      return c.c1 * v[1] + c.c2 + c.c3 * (v[0] - c.mean);
+    }
+  }
+  __device__ static void publish(const Params<T>& p, int64_t instance, const Partial& total, const Known& known) {
+    p.sums[instance] = total.a;
+    p.sums[p.num_instances + instance] = total.b * known.rstd;
+  }
+  __device__ static Coef published(const Params<T>& p, int64_t instance) {
+    const Known known = Backward::known(p, instance);
+    const Partial total{p.sums[instance], p.sums[p.num_instances + instance] / known.rstd};
+    return coef(p, instance, total, known);
+  }
+};
+
+// The element map over a thread's whole vectors: global stores (streaming), or into a shared-memory
+// slice that the copy engine writes out.
+template <class Op, int K, bool kToShared, class Held>
+__device__ __forceinline__ void store_whole(const Held& held, typename Op::T* base, int first, int stride, int lo,
+                                            int hi, const typename Op::Coef& c) {
+  using T = typename Op::T;
+  using acc_t = typename Op::acc_t;
   constexpr int kVec = Elem<T>::kVec;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int e = first + k * stride;
-    if (e >= lo && e + kVec <= hi) {
+    if (whole(e, kVec, lo, hi)) {
       acc_t out[kVec];
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) out[j] = (Elem<T>::get(raw[k], j) - mean) * scale + shift;
-      __stcs(reinterpret_cast<uint4*>(base + e), Elem<T>::pack(out));
+      for (int j = 0; j < kVec; ++j) {
+        acc_t v[Op::kInputs];
+#pragma unroll
+        for (int t = 0; t < Op::kInputs; ++t) v[t] = Elem<T>::get(held[t][k], j);
+        out[j] = Op::apply(c, v);
+      }
+      uint4* dst = reinterpret_cast<uint4*>(base + e);
+      if constexpr (kToShared) {
+        *dst = Elem<T>::pack(out);
+      } else {
+        __stcs(dst, Elem<T>::pack(out));
+      }
     }
   }
 }
 
-template <typename T> struct Params {
-  using acc_t = typename Elem<T>::acc;
-  const T* x;
-  T* y;
-  const acc_t* weight;  // (C,) or nullptr
-  const acc_t* bias;    // (C,) or nullptr
-  acc_t* stats;         // (2, P): mean, then rstd
-  int64_t num_instances;
-  int64_t instance_size;
-  int64_t channels;
-  acc_t eps;
+template <class Op>
+__device__ __forceinline__ void store_boundary(const Params<typename Op::T>& p, int64_t base, Boundary b,
+                                               const typename Op::Coef& c) {
+  using T = typename Op::T;
+  using acc_t = typename Op::acc_t;
+#pragma unroll 1
+  for (int i = 0; i < b.count(); ++i) {
+    const int64_t at = base + b.at(i);
+    acc_t v[Op::kInputs];
+#pragma unroll
+    for (int t = 0; t < Op::kInputs; ++t) v[t] = scalar_at(Op::input(p, t), at);
+    p.out[at] = Elem<T>::from_acc(Op::apply(c, v));
+  }
+}
+
+// =====================================================================================
+// Family onchip: G threads per instance (a warp up to a whole CTA), optionally a cluster of CS
+// CTAs per instance. The instance lives in dynamic shared memory (K vectors per thread and input,
+// filled by cp.async) rather than in registers: registers stay low and several CTAs share an SM,
+// so one CTA's reduction overlaps another's memory traffic. A thread only reads the shared memory
+// its own copies wrote.
+// =====================================================================================
+struct OnchipShape {
+  int threads_per_instance;
+  int cluster_size;
 };
 
-// =====================================================================================
-// Kernel 1: onchip. G threads per instance (a warp up to a whole CTA), optionally a
-// cluster of CS CTAs per instance. Each thread keeps K 16-byte vectors in registers.
-// =====================================================================================
-// The instance lives in dynamic shared memory (K vectors per thread, filled by cp.async) rather
-// than in registers: registers stay low and several CTAs share an SM, so one CTA's reduction
-// overlaps another's memory traffic. A thread only reads the shared memory its own copies wrote.
-template <typename T, int K>
-__global__ void __launch_bounds__(kMaxBlock)
-onchip_kernel(Params<T> p, int threads_per_instance, int cluster_size) {
-  using acc_t = typename Elem<T>::acc;
+template <class Op, class Addr, int K>
+__global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename Op::T> p, OnchipShape shape) {
+  using T = typename Op::T;
+  using Partial = typename Op::Partial;
   constexpr int kVec = Elem<T>::kVec;
   extern __shared__ uint4 held_storage[];
-  __shared__ Stats<acc_t> warp_partials[kMaxBlock / kWarpSize];
-  __shared__ Stats<acc_t> cta_partial;
+  __shared__ Partial warp_partials[Op::kMaxBlock / kWarpSize];
+  __shared__ Partial cta_partial;
 
-  const int G = threads_per_instance;
+  const int G = shape.threads_per_instance;
+  const int cluster_size = shape.cluster_size;
   const int group = threadIdx.x / G;
   const int local = threadIdx.x - group * G;
   const int rank = cluster_size > 1 ? static_cast<int>(blockIdx.x % cluster_size) : 0;
   const int64_t instance = int64_t(blockIdx.x / cluster_size) * (blockDim.x / G) + group;
   const bool active = instance < p.num_instances;
+  const int64_t safe = active ? instance : 0;
   const int M = static_cast<int>(p.instance_size);
-  const int64_t start = (active ? instance : 0) * p.instance_size;
+  const int64_t start = Addr::base(safe, p.instance_size);
   const int head = static_cast<int>(start % kVec);  // elements before the instance in its first vector
-  // CTA rank r owns a contiguous run of K * G vectors; x + first is 16-byte aligned.
+  // CTA rank r owns a contiguous run of K * G vectors; base + first is 16-byte aligned.
   const int first = ((rank * K) * G + local) * kVec - head;
   const int stride = G * kVec;
   const int hi = active ? M : 0;
   const bool owns_boundary = active && rank == 0 && local == 0;
   const Boundary boundary = boundary_of<T>(M, head);
+  const typename Op::Known known = Op::known(p, safe);
 
-  const SharedVectors raw{held_storage + threadIdx.x, static_cast<int>(blockDim.x)};
-  copy_whole_vectors_async<T, K>(held_storage + threadIdx.x, blockDim.x, p.x + start, first, stride, 0, hi);
-  Stats<acc_t> s{};
-  if (owns_boundary) s = boundary_stats<T>(p.x + start, boundary);  // overlaps the copies
+  SharedVectors held[Op::kInputs];
+#pragma unroll
+  for (int t = 0; t < Op::kInputs; ++t) {
+    uint4* mine = held_storage + t * K * blockDim.x + threadIdx.x;
+    held[t] = {mine, static_cast<int>(blockDim.x)};
+    copy_whole_vectors_async<T, K>(mine, blockDim.x, Op::input(p, t) + start, first, stride, 0, hi);
+  }
+  Partial s{};
+  if (owns_boundary) s = Op::boundary_partial(p, start, boundary, known);  // overlaps the copies
   wait_async_copies();
-  s = merge(thread_stats<T, K>(raw, first, stride, 0, hi), s);
+  s = combine(Op::template thread_partial<K>(held, first, stride, 0, hi, known), s);
   s = instance_reduce(s, warp_partials, &cta_partial, G, group, cluster_size);
 
-  const acc_t mean = s.mean;
-  const acc_t rstd = rsqrt(s.m2 / static_cast<acc_t>(M) + p.eps);
-  const int64_t channel = (active ? instance : 0) % p.channels;
-  const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
-  const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
-  store_whole_vectors<T, K>(raw, p.y + start, first, stride, 0, hi, mean, scale, shift);
+  const typename Op::Coef c = Op::coef(p, safe, s, known);
+  store_whole<Op, K, false>(held, p.out + start, first, stride, 0, hi, c);
   if (owns_boundary) {
-    store_boundary<T>(p.x + start, p.y + start, boundary, mean, scale, shift);
-    p.stats[instance] = mean;
-    p.stats[p.num_instances + instance] = rstd;
+    store_boundary<Op>(p, start, boundary, c);
+    Op::publish(p, instance, s, known);
   }
   cluster_release(cluster_size);
 }
 
 // =====================================================================================
-// Kernel 2: multi_cta, any instance size. Pass 1 writes (mean, M2, n) per chunk, a warp per
-// instance merges the chunks, pass 2 normalizes each chunk (second read, reverse order).
+// Family multi_cta, any instance size: a sweep that writes a partial per chunk, a warp per
+// instance that merges them (publish), and a sweep that applies the element map (a second read,
+// in reverse chunk order so that what the first sweep left in L2 goes first). Running statistics
+// need no first sweep in the forward, and no second in the backward (dx leaves with the partials).
 // =====================================================================================
 
 // Chunk `chunk` of an instance is kChunk elements starting on a vector boundary; indices inside it
@@ -571,16 +903,11 @@ struct ChunkSpan {
   int first, stride, lo, hi;
 };
 
-template <typename T>
-__device__ __forceinline__ Boundary instance_boundary(int64_t instance_size, int64_t instance) {
-  return boundary_of<T>(instance_size, static_cast<int>((instance * instance_size) % Elem<T>::kVec));
-}
-
-template <typename T>
+template <typename T, class Addr>
 __device__ __forceinline__ ChunkSpan chunk_span(int64_t instance_size, int64_t instance, int64_t chunk) {
   constexpr int kVec = Elem<T>::kVec;
   constexpr int64_t kChunk = int64_t(kChunkThreads) * kChunkVectorsPerThread * kVec;
-  const int64_t start = instance * instance_size;
+  const int64_t start = Addr::base(instance, instance_size);
   const int head = static_cast<int>(start % kVec);
   const int64_t chunk_start = chunk * kChunk - head;  // instance-local index of the chunk's first element
   ChunkSpan span;
@@ -593,309 +920,110 @@ __device__ __forceinline__ ChunkSpan chunk_span(int64_t instance_size, int64_t i
   return span;
 }
 
-template <typename T>
+template <typename T, class Addr>
+__device__ __forceinline__ Boundary instance_boundary(int64_t instance_size, int64_t instance) {
+  return boundary_of<T>(instance_size, static_cast<int>(Addr::base(instance, instance_size) % Elem<T>::kVec));
+}
+
+// A thread's part of a chunk is kChunkVectorsPerThread vectors of each input; with two inputs it
+// goes in two pieces of half as many, so that both tensors' vectors fit in registers.
+template <class Op>
+struct ChunkPieces {
+  static constexpr int kCount = Op::kInputs;
+  static constexpr int kVectors = kChunkVectorsPerThread / Op::kInputs;
+};
+
+template <class Op, class Addr>
 __global__ void __launch_bounds__(kChunkThreads)
-chunk_stats_kernel(Params<T> p, Stats<typename Elem<T>::acc>* partials, int64_t chunks_per_instance) {
-  using acc_t = typename Elem<T>::acc;
+chunk_partials_kernel(Params<typename Op::T> p, typename Op::Partial* partials, int64_t chunks_per_instance) {
+  using T = typename Op::T;
+  using Partial = typename Op::Partial;
+  constexpr int KP = ChunkPieces<Op>::kVectors;
+  __shared__ Partial warp_partials[2][kChunkThreads / kWarpSize];
   const int64_t total = p.num_instances * chunks_per_instance;
-  for (int64_t work = blockIdx.x; work < total; work += gridDim.x) {
+  int parity = 0;
+  for (int64_t work = blockIdx.x; work < total; work += gridDim.x, parity ^= 1) {
     const int64_t instance = work / chunks_per_instance;
     const int64_t chunk = work - instance * chunks_per_instance;
-    const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
-    uint4 raw[kChunkVectorsPerThread];
-    load_whole_vectors<T, kChunkVectorsPerThread>(raw, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
-    Stats<acc_t> s = thread_stats<T, kChunkVectorsPerThread>(raw, span.first, span.stride, span.lo, span.hi);
-    if (chunk == 0 && threadIdx.x == 0) {
-      s = merge(s, boundary_stats<T>(p.x + instance * p.instance_size, instance_boundary<T>(p.instance_size, instance)));
+    const ChunkSpan span = chunk_span<T, Addr>(p.instance_size, instance, chunk);
+    const typename Op::Known known = Op::known(p, instance);
+    Partial s{};
+#pragma unroll 1
+    for (int piece = 0; piece < ChunkPieces<Op>::kCount; ++piece) {
+      const int first = span.first + piece * KP * span.stride;
+      uint4 held[Op::kInputs][KP];
+#pragma unroll
+      for (int t = 0; t < Op::kInputs; ++t) {
+        load_whole_vectors<T, KP>(held[t], Op::input(p, t) + span.offset, first, span.stride, span.lo, span.hi);
+      }
+      const Partial q = Op::template thread_partial<KP>(held, first, span.stride, span.lo, span.hi, known);
+      s = piece == 0 ? q : combine(s, q);
+      if constexpr (Op::kCoefKnown) {
+        store_whole<Op, KP, false>(held, p.out + span.offset, first, span.stride, span.lo, span.hi,
+                                   Op::coef(p, instance, Partial{}, known));
+      }
     }
-    s = cta_reduce<Stats<acc_t>, kChunkThreads>(s);
+    if (chunk == 0 && threadIdx.x == 0) {
+      const int64_t base = Addr::base(instance, p.instance_size);
+      const Boundary boundary = instance_boundary<T, Addr>(p.instance_size, instance);
+      s = combine(s, Op::boundary_partial(p, base, boundary, known));
+      if constexpr (Op::kCoefKnown) store_boundary<Op>(p, base, boundary, Op::coef(p, instance, Partial{}, known));
+    }
+    s = cta_reduce<Partial, kChunkThreads>(s, warp_partials[parity]);
     if (threadIdx.x == 0) partials[work] = s;
   }
 }
 
-template <typename T>
-__global__ void merge_chunks_kernel(Params<T> p, const Stats<typename Elem<T>::acc>* partials,
-                                    int64_t chunks_per_instance) {
-  using acc_t = typename Elem<T>::acc;
+template <class Op>
+__global__ void __launch_bounds__(kMergeThreads)
+merge_partials_kernel(Params<typename Op::T> p, const typename Op::Partial* partials, int64_t chunks_per_instance) {
   const int lane = threadIdx.x & (kWarpSize - 1);
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
   for (int64_t instance = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
        instance < p.num_instances; instance += warps_total) {
-    const Stats<acc_t> s = reduce_chunks(partials + instance * chunks_per_instance, chunks_per_instance);
-    if (lane == 0) {
-      p.stats[instance] = s.mean;
-      p.stats[p.num_instances + instance] = rsqrt(s.m2 / static_cast<acc_t>(p.instance_size) + p.eps);
-    }
+    const typename Op::Partial s = reduce_chunks(partials + instance * chunks_per_instance, chunks_per_instance);
+    if (lane == 0) Op::publish(p, instance, s, Op::known(p, instance));
   }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kChunkThreads)
-normalize_chunks_kernel(Params<T> p, int64_t chunks_per_instance) {
-  using acc_t = typename Elem<T>::acc;
+template <class Op, class Addr>
+__global__ void __launch_bounds__(kChunkThreads) chunk_apply_kernel(Params<typename Op::T> p, int64_t chunks_per_instance) {
+  using T = typename Op::T;
+  constexpr int KP = ChunkPieces<Op>::kVectors;
   const int64_t total = p.num_instances * chunks_per_instance;
   for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
-    const int64_t work = total - 1 - i;  // reverse of pass 1: its last chunks may still be in L2
+    const int64_t work = total - 1 - i;  // reverse of the first sweep: its last chunks may still be in L2
     const int64_t instance = work / chunks_per_instance;
     const int64_t chunk = work - instance * chunks_per_instance;
-    const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
-    const acc_t mean = p.stats[instance];
-    const acc_t rstd = p.stats[p.num_instances + instance];
-    const int64_t channel = instance % p.channels;
-    const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
-    const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
-    uint4 raw[kChunkVectorsPerThread];
-    load_whole_vectors<T, kChunkVectorsPerThread>(raw, p.x + span.offset, span.first, span.stride, span.lo, span.hi);
-    store_whole_vectors<T, kChunkVectorsPerThread>(raw, p.y + span.offset, span.first, span.stride, span.lo, span.hi,
-                                                   mean, scale, shift);
-    if (chunk == 0 && threadIdx.x == 0) {
-      const int64_t start = instance * p.instance_size;
-      store_boundary<T>(p.x + start, p.y + start, instance_boundary<T>(p.instance_size, instance), mean, scale, shift);
-    }
-  }
-}
-
-// =====================================================================================
-// Kernel 3: backward, the same regimes. With x^ = (x - mean) * rstd and per-instance sums
-// A = sum(dy), B = sum(dy * x^):  dx = w * rstd * (dy - A / M - x^ * B / M).
-// x and dy stay in registers between the sums and dx; A and B go out for dweight and dbias.
-// =====================================================================================
-template <typename T> struct BackwardParams {
-  using acc_t = typename Elem<T>::acc;
-  const T* x;
-  const T* dy;
-  T* dx;
-  const acc_t* weight;  // (C,) or nullptr
-  const acc_t* stats;   // (2, P): mean, rstd from the forward
-  acc_t* sums;          // (2, P): A, B
-  int64_t num_instances;
-  int64_t instance_size;
-  int64_t channels;
-};
-
-template <typename T, int K, typename Vectors>
-__device__ __forceinline__ Sums<typename Elem<T>::acc> thread_grad_sums(const Vectors& xr, const Vectors& gr,
-                                                                         int first, int stride, int lo, int hi,
-                                                                         typename Elem<T>::acc mean) {
-  using acc_t = typename Elem<T>::acc;
-  constexpr int kVec = Elem<T>::kVec;
-  Sums<acc_t> s{};
+    const ChunkSpan span = chunk_span<T, Addr>(p.instance_size, instance, chunk);
+    const typename Op::Coef c = Op::published(p, instance);
+#pragma unroll 1
+    for (int piece = 0; piece < ChunkPieces<Op>::kCount; ++piece) {
+      const int first = span.first + piece * KP * span.stride;
+      uint4 held[Op::kInputs][KP];
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int e = first + k * stride;
-    if (e >= lo && e + kVec <= hi) {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        const acc_t g = Elem<T>::get(gr[k], j);
-        s.a += g;
-        s.b += g * (Elem<T>::get(xr[k], j) - mean);
+      for (int t = 0; t < Op::kInputs; ++t) {
+        load_whole_vectors<T, KP>(held[t], Op::input(p, t) + span.offset, first, span.stride, span.lo, span.hi);
       }
-    }
-  }
-  return s;
-}
-
-template <typename T>
-__device__ __forceinline__ Sums<typename Elem<T>::acc> boundary_grad_sums(const T* x, const T* dy, Boundary bd,
-                                                                           typename Elem<T>::acc mean) {
-  using acc_t = typename Elem<T>::acc;
-  Sums<acc_t> s{};
-#pragma unroll 1
-  for (int i = 0; i < bd.count(); ++i) {
-    const int64_t at = bd.at(i);
-    const acc_t g = scalar_at(dy, at);
-    s.a += g;
-    s.b += g * (scalar_at(x, at) - mean);
-  }
-  return s;
-}
-
-// dx = c1 * dy + c2 + c3 * (x - mean)
-template <typename acc_t> struct GradCoefficients {
-  acc_t c1, c2, c3;
-};
-
-template <typename acc_t>
-__device__ __forceinline__ GradCoefficients<acc_t> grad_coefficients(Sums<acc_t> s, acc_t rstd, acc_t weight,
-                                                                      int64_t size) {
-  const acc_t inv_m = acc_t(1) / static_cast<acc_t>(size);
-  const acc_t c1 = weight * rstd;
-  return {c1, -c1 * s.a * inv_m, -c1 * rstd * rstd * s.b * inv_m};
-}
-
-template <typename T, int K, typename Vectors>
-__device__ __forceinline__ void store_whole_grad(const Vectors& xr, const Vectors& gr, T* base, int first,
-                                                 int stride, int lo, int hi, typename Elem<T>::acc mean,
-                                                 GradCoefficients<typename Elem<T>::acc> c) {
-  using acc_t = typename Elem<T>::acc;
-  constexpr int kVec = Elem<T>::kVec;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int e = first + k * stride;
-    if (e >= lo && e + kVec <= hi) {
-      acc_t out[kVec];
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        out[j] = c.c1 * Elem<T>::get(gr[k], j) + c.c2 + c.c3 * (Elem<T>::get(xr[k], j) - mean);
-      }
-      __stcs(reinterpret_cast<uint4*>(base + e), Elem<T>::pack(out));
-    }
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ void store_boundary_grad(const T* x, const T* dy, T* dx, Boundary bd,
-                                                    typename Elem<T>::acc mean,
-                                                    GradCoefficients<typename Elem<T>::acc> c) {
-#pragma unroll 1
-  for (int i = 0; i < bd.count(); ++i) {
-    const int64_t at = bd.at(i);
-    dx[at] = Elem<T>::from_acc(c.c1 * scalar_at(dy, at) + c.c2 + c.c3 * (scalar_at(x, at) - mean));
-  }
-}
-
-
-template <typename T, int K>
-__global__ void __launch_bounds__(kBackwardMaxBlock)
-onchip_backward_kernel(BackwardParams<T> p, int threads_per_instance, int cluster_size) {
-  using acc_t = typename Elem<T>::acc;
-  constexpr int kVec = Elem<T>::kVec;
-  extern __shared__ uint4 held_storage[];  // x's K vectors per thread, then dy's
-  __shared__ Sums<acc_t> warp_partials[kBackwardMaxBlock / kWarpSize];
-  __shared__ Sums<acc_t> cta_partial;
-
-  const int G = threads_per_instance;
-  const int group = threadIdx.x / G;
-  const int local = threadIdx.x - group * G;
-  const int rank = cluster_size > 1 ? static_cast<int>(blockIdx.x % cluster_size) : 0;
-  const int64_t instance = int64_t(blockIdx.x / cluster_size) * (blockDim.x / G) + group;
-  const bool active = instance < p.num_instances;
-  const int M = static_cast<int>(p.instance_size);
-  const int64_t start = (active ? instance : 0) * p.instance_size;
-  const int head = static_cast<int>(start % kVec);
-  const int first = ((rank * K) * G + local) * kVec - head;
-  const int stride = G * kVec;
-  const int hi = active ? M : 0;
-  const bool owns_boundary = active && rank == 0 && local == 0;
-  const Boundary boundary = boundary_of<T>(M, head);
-  const int64_t safe = active ? instance : 0;
-  const acc_t mean = p.stats[safe];
-  const acc_t rstd = p.stats[p.num_instances + safe];
-
-  uint4* held_x = held_storage + threadIdx.x;
-  uint4* held_dy = held_x + K * blockDim.x;
-  const SharedVectors xr{held_x, static_cast<int>(blockDim.x)};
-  const SharedVectors gr{held_dy, static_cast<int>(blockDim.x)};
-  copy_whole_vectors_async<T, K>(held_x, blockDim.x, p.x + start, first, stride, 0, hi);
-  copy_whole_vectors_async<T, K>(held_dy, blockDim.x, p.dy + start, first, stride, 0, hi);
-  Sums<acc_t> s{};
-  if (owns_boundary) s = boundary_grad_sums<T>(p.x + start, p.dy + start, boundary, mean);
-  wait_async_copies();
-  s = combine(thread_grad_sums<T, K>(xr, gr, first, stride, 0, hi, mean), s);
-  s = instance_reduce(s, warp_partials, &cta_partial, G, group, cluster_size);
-  const acc_t weight = p.weight ? p.weight[safe % p.channels] : acc_t(1);
-  const GradCoefficients<acc_t> c = grad_coefficients(s, rstd, weight, p.instance_size);
-  store_whole_grad<T, K>(xr, gr, p.dx + start, first, stride, 0, hi, mean, c);
-  if (owns_boundary) {
-    store_boundary_grad<T>(p.x + start, p.dy + start, p.dx + start, boundary, mean, c);
-    p.sums[instance] = s.a;
-    p.sums[p.num_instances + instance] = s.b * rstd;
-  }
-  cluster_release(cluster_size);
-}
-
-constexpr int kBackwardChunkVectorsPerThread = 4;
-
-template <typename T>
-__global__ void __launch_bounds__(kChunkThreads)
-chunk_grad_sums_kernel(BackwardParams<T> p, Sums<typename Elem<T>::acc>* partials, int64_t chunks_per_instance) {
-  using acc_t = typename Elem<T>::acc;
-  const int64_t total = p.num_instances * chunks_per_instance;
-  for (int64_t work = blockIdx.x; work < total; work += gridDim.x) {
-    const int64_t instance = work / chunks_per_instance;
-    const int64_t chunk = work - instance * chunks_per_instance;
-    const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
-    const acc_t mean = p.stats[instance];
-    Sums<acc_t> s{};
-    // A chunk is kChunkVectorsPerThread vectors per thread; two tensors are read in halves.
-#pragma unroll 1
-    for (int half = 0; half < kChunkVectorsPerThread / kBackwardChunkVectorsPerThread; ++half) {
-      const int first = span.first + half * kBackwardChunkVectorsPerThread * span.stride;
-      uint4 xr[kBackwardChunkVectorsPerThread], gr[kBackwardChunkVectorsPerThread];
-      load_whole_vectors<T, kBackwardChunkVectorsPerThread>(xr, p.x + span.offset, first, span.stride, span.lo, span.hi);
-      load_whole_vectors<T, kBackwardChunkVectorsPerThread>(gr, p.dy + span.offset, first, span.stride, span.lo, span.hi);
-      s = combine(s, thread_grad_sums<T, kBackwardChunkVectorsPerThread>(xr, gr, first, span.stride, span.lo,
-                                                                          span.hi, mean));
+      store_whole<Op, KP, false>(held, p.out + span.offset, first, span.stride, span.lo, span.hi, c);
     }
     if (chunk == 0 && threadIdx.x == 0) {
-      const int64_t start = instance * p.instance_size;
-      s = combine(s, boundary_grad_sums<T>(p.x + start, p.dy + start, instance_boundary<T>(p.instance_size, instance),
-                                           mean));
-    }
-    s = cta_reduce<Sums<acc_t>, kChunkThreads>(s);
-    if (threadIdx.x == 0) partials[work] = s;
-  }
-}
-
-template <typename T>
-__global__ void merge_grad_sums_kernel(BackwardParams<T> p, const Sums<typename Elem<T>::acc>* partials,
-                                       int64_t chunks_per_instance) {
-  using acc_t = typename Elem<T>::acc;
-  const int lane = threadIdx.x & (kWarpSize - 1);
-  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
-  for (int64_t instance = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-       instance < p.num_instances; instance += warps_total) {
-    const Sums<acc_t> s = reduce_chunks(partials + instance * chunks_per_instance, chunks_per_instance);
-    if (lane == 0) {
-      p.sums[instance] = s.a;
-      p.sums[p.num_instances + instance] = s.b * p.stats[p.num_instances + instance];
-    }
-  }
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kChunkThreads)
-grad_chunks_kernel(BackwardParams<T> p, int64_t chunks_per_instance) {
-  using acc_t = typename Elem<T>::acc;
-  const int64_t total = p.num_instances * chunks_per_instance;
-  for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
-    const int64_t work = total - 1 - i;  // reverse of pass 1, as in the forward
-    const int64_t instance = work / chunks_per_instance;
-    const int64_t chunk = work - instance * chunks_per_instance;
-    const ChunkSpan span = chunk_span<T>(p.instance_size, instance, chunk);
-    const acc_t mean = p.stats[instance];
-    const acc_t rstd = p.stats[p.num_instances + instance];
-    const Sums<acc_t> s{p.sums[instance], p.sums[p.num_instances + instance] / rstd};
-    const acc_t weight = p.weight ? p.weight[instance % p.channels] : acc_t(1);
-    const GradCoefficients<acc_t> c = grad_coefficients(s, rstd, weight, p.instance_size);
-#pragma unroll 1
-    for (int half = 0; half < kChunkVectorsPerThread / kBackwardChunkVectorsPerThread; ++half) {
-      const int first = span.first + half * kBackwardChunkVectorsPerThread * span.stride;
-      uint4 xr[kBackwardChunkVectorsPerThread], gr[kBackwardChunkVectorsPerThread];
-      load_whole_vectors<T, kBackwardChunkVectorsPerThread>(xr, p.x + span.offset, first, span.stride, span.lo, span.hi);
-      load_whole_vectors<T, kBackwardChunkVectorsPerThread>(gr, p.dy + span.offset, first, span.stride, span.lo, span.hi);
-      store_whole_grad<T, kBackwardChunkVectorsPerThread>(xr, gr, p.dx + span.offset, first, span.stride, span.lo,
-                                                          span.hi, mean, c);
-    }
-    if (chunk == 0 && threadIdx.x == 0) {
-      const int64_t start = instance * p.instance_size;
-      store_boundary_grad<T>(p.x + start, p.dy + start, p.dx + start, instance_boundary<T>(p.instance_size, instance), mean, c);
+      store_boundary<Op>(p, Addr::base(instance, p.instance_size), instance_boundary<T, Addr>(p.instance_size, instance), c);
     }
   }
 }
 
 // =====================================================================================
-// Kernel 4: stream, sm_90, instances of one CTA's to 16 CTAs' worth (fp32 512x512 is 1 MiB).
-// A persistent grid of clusters; cluster c takes instances c, c + clusters, ... Each CTA owns a
-// fixed slice of every instance. The bulk copy engine (cp.async.bulk, completing on an mbarrier)
-// keeps the slices of the next instances in flight in a ring of shared-memory buffers; the forward
-// also writes its output through it (bulk stores), so no thread stalls on a global store. Per
-// instance there is no cluster barrier: each CTA sends its partial into every peer's shared memory
-// with st.async, which completes on the receiver's mbarrier, and each CTA merges the cluster's
-// partials in rank order, to bitwise the same result. Measured on the H100 (fp32 main shape, in
-// units of the copy time): a cluster barrier per instance 1.91x (its release semantics wait for the
-// thread's outstanding global stores); st.async 1.44x; sending instance i + 1 before receiving i
-// 1.23x; output through bulk stores 1.04x.
+// Family stream, sm_90: instances of one CTA's to 16 CTAs' worth. A persistent grid of clusters;
+// cluster c takes instances c, c + clusters, ... Each CTA owns a fixed slice of every instance.
+// The bulk copy engine (cp.async.bulk, completing on an mbarrier) keeps the slices of the next
+// instances in flight in a ring of shared-memory buffers. Per instance there is no cluster
+// barrier: each CTA sends its partial into every peer's shared memory with st.async, which
+// completes on the receiver's mbarrier, and each CTA merges the cluster's partials in rank order,
+// to bitwise the same result. A cluster barrier's release semantics would wait for the thread's
+// outstanding global stores. Single-input Ops run one instance ahead (send i + 1, then receive
+// i) and write their output through the copy engine, so no thread waits on a store; two-input
+// Ops hold twice the registers and store from them.
 // =====================================================================================
 
 #if IN_HAS_CLUSTERS
@@ -925,7 +1053,7 @@ struct SlicePipeline {
   unsigned long long* full;
   int stages;
   int tensors;
-  int slice_vectors;  // one CTA's slice of an instance, in 16-byte vectors
+  int slice_vectors;
 
   __device__ uint4* slice(int stage, int tensor) const {
     return buffers + (stage * tensors + tensor) * slice_vectors;
@@ -993,9 +1121,9 @@ __device__ __forceinline__ StreamGeometry stream_geometry(int64_t instance_size,
 }
 
 // Partials travel between the CTAs of a cluster as 16-byte st.async writes into slot
-// [i % kSlots][rank] of each peer, completing on the peer's mbarrier arrived[i % kSlots]. The
-// forward sends instance i + 1 before it receives instance i, so a peer may send instance i + 3
-// while this CTA has yet to read its slots of instance i: four slots keep them apart.
+// [i % kSlots][rank] of each peer, completing on the peer's mbarrier arrived[i % kSlots]. A CTA
+// running ahead sends instance i + 1 before it receives instance i, so a peer may send instance
+// i + 3 while this CTA has yet to read its slots of instance i: four slots keep them apart.
 constexpr int kSlots = 4;
 
 template <typename P>
@@ -1064,18 +1192,6 @@ __device__ __forceinline__ void start_cluster() {
 #endif
 }
 
-// Reduces the thread partials of the CTA into warp 0; the result is valid in warp 0.
-template <typename P>
-__device__ __forceinline__ P cta_reduce_to_warp0(P s, P* warp_partials) {
-  const int lane = threadIdx.x & (kWarpSize - 1);
-  const int warp = threadIdx.x / kWarpSize;
-  s = warp_reduce(s);
-  if (lane == 0) warp_partials[warp] = s;
-  __syncthreads();
-  if (warp == 0) s = warp_reduce(lane < kStreamThreads / kWarpSize ? warp_partials[lane] : P{});
-  return s;
-}
-
 // Bulk stores shared -> global through the copy engine, tracked per issuing thread.
 __device__ __forceinline__ void async_proxy_fence() {
 #if IN_HAS_CLUSTERS
@@ -1113,46 +1229,32 @@ __device__ __forceinline__ void load_slice(uint4 (&raw)[V], const uint4* slice, 
   }
 }
 
-// y = (x - mean) * scale + shift for the vectors a thread owns, into a slice buffer.
-template <typename T, int V>
-__device__ __forceinline__ void normalize_slice(const uint4 (&raw)[V], uint4* out, int vectors,
-                                                typename Elem<T>::acc mean, typename Elem<T>::acc scale,
-                                                typename Elem<T>::acc shift) {
-  using acc_t = typename Elem<T>::acc;
-  constexpr int kVec = Elem<T>::kVec;
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    const int v = threadIdx.x + k * kStreamThreads;
-    if (v < vectors) {
-      acc_t y[kVec];
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) y[j] = (Elem<T>::get(raw[k], j) - mean) * scale + shift;
-      out[v] = Elem<T>::pack(y);
-    }
-  }
-}
+struct StreamShape {
+  int stages;
+  int slice_vectors;
+};
 
-// The forward runs one instance ahead: it sends the statistics of instance i + 1 before it waits
-// for the cluster's statistics of instance i, so the exchange overlaps the normalization of i.
-// A thread holds its vectors of both instances in registers. Each of the `stages` (>= 2) buffers
-// cycles through: loaded with an instance (bulk copy), taken into registers, filled with the
-// previous instance's output, written out by a bulk store, and loaded again once that store has
-// read it. The output leaves through the copy engine too, so no thread stalls on its stores and
-// the cluster's CTAs keep in step.
-template <typename T, int V>
-__global__ void __launch_bounds__(kStreamThreads, 1)
-stream_kernel(Params<T> p, int stages, int slice_vectors) {
-  using acc_t = typename Elem<T>::acc;
+// Each of the `stages` buffers cycles through: loaded with an instance (bulk copy) and taken into
+// registers; then, running ahead, filled with the previous instance's output, written out by a
+// bulk store and loaded again once that store has read it; otherwise loaded again at once.
+template <class Op, class Addr, int V>
+__global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typename Op::T> p, StreamShape shape) {
+  using T = typename Op::T;
+  using Partial = typename Op::Partial;
+  using Known = typename Op::Known;
   constexpr int kVec = Elem<T>::kVec;
+  constexpr int kIn = Op::kInputs;
+  static_assert(!Op::kRunAhead || kIn == 1, "running ahead holds two instances in registers");
   extern __shared__ uint4 stream_storage[];
   __shared__ unsigned long long full[kStreamMaxStages];
-  __shared__ Stats<acc_t> warp_partials[2][kStreamThreads / kWarpSize];  // by instance parity
+  __shared__ Partial warp_partials[2][kStreamThreads / kWarpSize];  // by instance parity
   __shared__ uint4 slots[kSlots][kMaxCluster];
   __shared__ unsigned long long arrived[kSlots];
 
-  const StreamGeometry g = stream_geometry<T>(p.instance_size, slice_vectors);
-  const PartialExchange<Stats<acc_t>> exchange{slots, arrived};
-  const SlicePipeline pipe{stream_storage, full, stages, 1, slice_vectors};
+  const int stages = shape.stages;
+  const StreamGeometry g = stream_geometry<T>(p.instance_size, shape.slice_vectors);
+  const PartialExchange<Partial> exchange{slots, arrived};
+  const SlicePipeline pipe{stream_storage, full, stages, kIn, shape.slice_vectors};
   const unsigned bytes = static_cast<unsigned>(g.count) * sizeof(T);
   if (threadIdx.x == 0) {
     pipe.init();
@@ -1160,132 +1262,157 @@ stream_kernel(Params<T> p, int stages, int slice_vectors) {
   }
   start_cluster();  // barriers initialized everywhere before any copy or send
   auto instance_of = [&](int64_t iteration) { return g.cluster_id + iteration * g.clusters; };
+  auto slice_offset = [&](int64_t instance) { return Addr::base(instance, p.instance_size) + g.begin; };
   auto issue = [&](int64_t iteration) {
-    if (instance_of(iteration) >= p.num_instances) return;
-    const void* const src[1] = {p.x + instance_of(iteration) * p.instance_size + g.begin};
-    pipe.issue<1>(static_cast<int>(iteration % stages), src, bytes);
+    const int64_t instance = instance_of(iteration);
+    if (instance >= p.num_instances) return;
+    const void* src[kIn];
+#pragma unroll
+    for (int t = 0; t < kIn; ++t) src[t] = Op::input(p, t) + slice_offset(instance);
+    pipe.issue<kIn>(static_cast<int>(iteration % stages), src, bytes);
   };
   const int first = threadIdx.x * kVec;
   const int stride = kStreamThreads * kVec;
-  // Takes instance `iteration` out of its buffer into `raw` and sends the statistics.
-  auto take_and_send = [&](int64_t iteration, uint4 (&raw)[V]) {
+  // Takes instance `iteration` out of its buffer into registers and sends the CTA's partial.
+  auto take = [&](int64_t iteration, uint4 (&held)[kIn][V], Known& known) {
     const int stage = static_cast<int>(iteration % stages);
     pipe.wait(stage, static_cast<unsigned>((iteration / stages) & 1));
-    load_slice<V>(raw, pipe.slice(stage, 0), g.vectors);
-    const Stats<acc_t> s = cta_reduce_to_warp0(thread_stats<T, V>(raw, first, stride, 0, g.count),
-                                               warp_partials[iteration & 1]);
+#pragma unroll
+    for (int t = 0; t < kIn; ++t) load_slice<V>(held[t], pipe.slice(stage, t), g.vectors);
+    known = Op::known(p, instance_of(iteration));
+    const Partial s = cta_reduce<Partial, kStreamThreads>(
+        Op::template thread_partial<V>(held, first, stride, 0, g.count, known), warp_partials[iteration & 1]);
+    if constexpr (!Op::kRunAhead) {
+      if (threadIdx.x == 0) issue(iteration + stages);  // every thread has its slice in registers
+    }
     if (threadIdx.x < kWarpSize) exchange.send(s, iteration, g);
   };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) issue(s);
   }
-  uint4 next[V];
-  if (instance_of(0) < p.num_instances) take_and_send(0, next);
-  const acc_t inv_size = acc_t(1) / static_cast<acc_t>(p.instance_size);
-  for (int64_t it = 0; instance_of(it) < p.num_instances; ++it) {
-    uint4 raw[V];
+  if constexpr (Op::kRunAhead) {
+    uint4 next[kIn][V];
+    Known next_known;
+    if (instance_of(0) < p.num_instances) take(0, next, next_known);
+    for (int64_t it = 0; instance_of(it) < p.num_instances; ++it) {
+      uint4 held[kIn][V];
 #pragma unroll
-    for (int k = 0; k < V; ++k) raw[k] = next[k];
-    if (instance_of(it + 1) < p.num_instances) take_and_send(it + 1, next);
-    const Stats<acc_t> s = exchange.receive(it, g);
-    const int64_t instance = instance_of(it);
-    const acc_t rstd = rsqrt(s.m2 * inv_size + p.eps);
-    const int64_t channel = instance % p.channels;
-    const acc_t scale = p.weight ? rstd * p.weight[channel] : rstd;
-    const acc_t shift = p.bias ? p.bias[channel] : acc_t(0);
-    // The output goes into the buffer just taken (or, after the last take, one whose store has
-    // been read: thread 0 waited for that before the previous iteration's barrier).
-    uint4* out = pipe.slice(static_cast<int>((it + 1) % stages), 0);
-    normalize_slice<T, V>(raw, out, g.vectors, s.mean, scale, shift);
-    async_proxy_fence();  // the bulk store reads what this thread wrote
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      bulk_store(p.y + instance * p.instance_size + g.begin, out, bytes);
-      bulk_wait_read<1>();  // the previous iteration's store has read its buffer: reload it
-      issue(it + stages);
-      if (g.rank == 0) {
-        p.stats[instance] = s.mean;
-        p.stats[p.num_instances + instance] = rstd;
+      for (int k = 0; k < V; ++k) held[0][k] = next[0][k];
+      const Known known = next_known;
+      if (instance_of(it + 1) < p.num_instances) take(it + 1, next, next_known);
+      const Partial total = exchange.receive(it, g);
+      const int64_t instance = instance_of(it);
+      const typename Op::Coef c = Op::coef(p, instance, total, known);
+      // The output goes into the buffer just taken (or, after the last take, one whose store has
+      // been read: thread 0 waited for that before the previous iteration's barrier).
+      uint4* out = pipe.slice(static_cast<int>((it + 1) % stages), 0);
+      store_whole<Op, V, true>(held, reinterpret_cast<T*>(out), first, stride, 0, g.count, c);
+      async_proxy_fence();  // the bulk store reads what this thread wrote
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        bulk_store(p.out + slice_offset(instance), out, bytes);
+        bulk_wait_read<1>();  // the previous iteration's store has read its buffer: reload it
+        issue(it + stages);
+        if (g.rank == 0) Op::publish(p, instance, total, known);
       }
     }
+    if (threadIdx.x == 0) bulk_wait_all();
+  } else {
+    for (int64_t it = 0; instance_of(it) < p.num_instances; ++it) {
+      uint4 held[kIn][V];
+      Known known;
+      take(it, held, known);
+      const Partial total = exchange.receive(it, g);
+      const int64_t instance = instance_of(it);
+      const typename Op::Coef c = Op::coef(p, instance, total, known);
+      store_whole<Op, V, false>(held, p.out + slice_offset(instance), first, stride, 0, g.count, c);
+      if (g.rank == 0 && threadIdx.x == 0) Op::publish(p, instance, total, known);
+    }
   }
-  if (threadIdx.x == 0) bulk_wait_all();
   // A CTA exits only after receiving every peer's last partial, and sends nothing after that.
 }
 
-template <typename T, int V>
-__global__ void __launch_bounds__(kStreamThreads, 1)
-stream_backward_kernel(BackwardParams<T> p, int stages, int slice_vectors) {
-  using acc_t = typename Elem<T>::acc;
-  constexpr int kVec = Elem<T>::kVec;
-  extern __shared__ uint4 stream_storage[];
-  __shared__ unsigned long long full[kStreamMaxStages];
-  __shared__ Sums<acc_t> warp_partials[2][kStreamThreads / kWarpSize];  // by instance parity: a barrier
-                                                                       // separates a buffer's reuse
-  __shared__ uint4 slots[kSlots][kMaxCluster];
-  __shared__ unsigned long long arrived[kSlots];
+// =====================================================================================
+// Per-channel kernels: affine gradients, running statistics, fills
+// =====================================================================================
 
-  const StreamGeometry g = stream_geometry<T>(p.instance_size, slice_vectors);
-  const PartialExchange<Sums<acc_t>> exchange{slots, arrived};
-  const SlicePipeline pipe{stream_storage, full, stages, 2, slice_vectors};
-  const unsigned bytes = static_cast<unsigned>(g.count) * sizeof(T);
-  if (threadIdx.x == 0) {
-    pipe.init();
-    exchange.init();
-  }
-  start_cluster();  // barriers initialized everywhere before any copy or send
-  auto issue = [&](int64_t iteration) {
-    const int64_t instance = g.cluster_id + iteration * g.clusters;
-    if (instance >= p.num_instances) return;
-    const int64_t offset = instance * p.instance_size + g.begin;
-    const void* const src[2] = {p.x + offset, p.dy + offset};
-    pipe.issue<2>(static_cast<int>(iteration % stages), src, bytes);
-  };
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) issue(s);
-  }
-  for (int64_t it = 0;; ++it) {
-    const int64_t instance = g.cluster_id + it * g.clusters;
-    if (instance >= p.num_instances) break;
-    const int stage = static_cast<int>(it % stages);
-    pipe.wait(stage, static_cast<unsigned>((it / stages) & 1));
-    uint4 xr[V], gr[V];
-    load_slice<V>(xr, pipe.slice(stage, 0), g.vectors);
-    load_slice<V>(gr, pipe.slice(stage, 1), g.vectors);
-    const acc_t mean = p.stats[instance];
-    const acc_t rstd = p.stats[p.num_instances + instance];
-    const int first = threadIdx.x * kVec;
-    const int stride = kStreamThreads * kVec;
-    Sums<acc_t> s = thread_grad_sums<T, V>(xr, gr, first, stride, 0, g.count, mean);
-    s = cta_reduce_to_warp0(s, warp_partials[it & 1]);
-    if (threadIdx.x == 0) issue(it + stages);
-    if (threadIdx.x < kWarpSize) exchange.send(s, it, g);
-    s = exchange.receive(it, g);
-
-    const acc_t weight = p.weight ? p.weight[instance % p.channels] : acc_t(1);
-    const GradCoefficients<acc_t> c = grad_coefficients(s, rstd, weight, p.instance_size);
-    store_whole_grad<T, V>(xr, gr, p.dx + instance * p.instance_size + g.begin, first, stride, 0, g.count, mean, c);
-    if (g.rank == 0 && threadIdx.x == 0) {
-      p.sums[instance] = s.a;
-      p.sums[p.num_instances + instance] = s.b * rstd;
+// dweight[c] = sum over n of sums[1][n * C + c], dbias[c] of sums[0][...]: a warp per channel, a
+// fixed order.
+template <typename acc_t>
+__global__ void __launch_bounds__(kMergeThreads)
+channel_sums_kernel(const acc_t* sums, int64_t batch, int64_t channels, ChannelVector dweight, ChannelVector dbias) {
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
+  const int64_t P = batch * channels;
+  for (int64_t c = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize; c < channels;
+       c += warps_total) {
+    acc_t a = 0, b = 0;
+    for (int64_t n = lane; n < batch; n += kWarpSize) {
+      a += sums[n * channels + c];
+      b += sums[P + n * channels + c];
+    }
+    a = warp_reduce(a);
+    b = warp_reduce(b);
+    if (lane == 0) {
+      if (dweight.data != nullptr) set_channel_value(dweight, c, b);
+      if (dbias.data != nullptr) set_channel_value(dbias, c, a);
     }
   }
 }
 
+// What F.instance_norm does with running statistics: each instance updates its channel's copy with
+// its own mean and unbiased variance, and the copies are averaged over the batch (in float64; the
+// variance comes back from rstd). An empty batch averages nothing: NaN, as in PyTorch.
+template <typename acc_t>
+__global__ void __launch_bounds__(kMergeThreads)
+running_stats_kernel(const acc_t* stats, int64_t batch, int64_t channels, int64_t count, double momentum, double eps,
+                     ChannelVector running_mean, ChannelVector running_var) {
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
+  const int64_t P = batch * channels;
+  const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+  for (int64_t c = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize; c < channels;
+       c += warps_total) {
+    double mean = 0, var = 0;
+    for (int64_t n = lane; n < batch; n += kWarpSize) {
+      const double rstd = static_cast<double>(stats[P + n * channels + c]);
+      mean += static_cast<double>(stats[n * channels + c]);
+      var += (1.0 / (rstd * rstd) - eps) * unbias;
+    }
+    mean = warp_reduce(mean) / static_cast<double>(batch);
+    var = warp_reduce(var) / static_cast<double>(batch);
+    if (lane == 0) {
+      const double old_mean = channel_value(running_mean, c, 0.0);
+      const double old_var = channel_value(running_var, c, 0.0);
+      set_channel_value(running_mean, c, (1.0 - momentum) * old_mean + momentum * mean);
+      set_channel_value(running_var, c, (1.0 - momentum) * old_var + momentum * var);
+    }
+  }
+}
+
+__global__ void fill_kernel(ChannelVector target, int64_t count, double value) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    set_channel_value(target, i, value);
+  }
+}
 
 // =====================================================================================
 // Launch interface: what the host translation unit sees of the kernels (plain types)
 // =====================================================================================
 template <typename T>
-Params<T> forward_params(const Problem& pr) {
+Params<T> params_of(const Problem& pr) {
   using acc_t = typename Elem<T>::acc;
   Params<T> p;
   p.x = static_cast<const T*>(pr.x);
-  p.y = static_cast<T*>(pr.out);
-  p.weight = static_cast<const acc_t*>(pr.weight);
-  p.bias = static_cast<const acc_t*>(pr.bias);
+  p.dy = static_cast<const T*>(pr.dy);
+  p.out = static_cast<T*>(pr.out);
+  p.weight = pr.weight;
+  p.bias = pr.bias;
+  p.running_mean = pr.running_mean;
+  p.running_var = pr.running_var;
   p.stats = static_cast<acc_t*>(pr.stats);
+  p.sums = static_cast<acc_t*>(pr.sums);
   p.num_instances = pr.num_instances;
   p.instance_size = pr.instance_size;
   p.channels = pr.channels;
@@ -1293,46 +1420,50 @@ Params<T> forward_params(const Problem& pr) {
   return p;
 }
 
-template <typename T>
-BackwardParams<T> backward_params(const Problem& pr) {
-  using acc_t = typename Elem<T>::acc;
-  BackwardParams<T> p;
-  p.x = static_cast<const T*>(pr.x);
-  p.dy = static_cast<const T*>(pr.dy);
-  p.dx = static_cast<T*>(pr.out);
-  p.weight = static_cast<const acc_t*>(pr.weight);
-  p.stats = static_cast<const acc_t*>(pr.stats);
-  p.sums = static_cast<acc_t*>(pr.sums);
-  p.num_instances = pr.num_instances;
-  p.instance_size = pr.instance_size;
-  p.channels = pr.channels;
-  return p;
-}
-
-template <typename T>
-const void* typed_kernel_for(Pass pass, const Plan& plan) {
-  if constexpr (Elem<T>::kVec < 4) {
-    return nullptr;  // float64 runs only the multi_cta plan
-  } else {
-    const bool forward = pass == Pass::kForward;
-    if (plan.stages > 0) {
-      if (plan.vectors_per_thread != kStreamVectors) return nullptr;
-      return forward ? reinterpret_cast<const void*>(&stream_kernel<T, kStreamVectors>)
-                     : reinterpret_cast<const void*>(&stream_backward_kernel<T, kStreamVectors>);
+// Calls f with a value-initialized Op for the problem's dtype, direction and statistics source.
+template <typename F>
+auto with_op(DType dtype, Direction direction, Source source, F&& f) {
+  auto by_source = [&](auto tag) {
+    using T = decltype(tag);
+    if (direction == Direction::kForward) {
+      return source == Source::kInstance ? f(Forward<T, Identity, Source::kInstance>{})
+                                         : f(Forward<T, Identity, Source::kRunning>{});
     }
-    switch (plan.vectors_per_thread) {
-      case 2: return forward ? reinterpret_cast<const void*>(&onchip_kernel<T, 2>)
-                             : reinterpret_cast<const void*>(&onchip_backward_kernel<T, 2>);
-      case 4: return forward ? reinterpret_cast<const void*>(&onchip_kernel<T, 4>)
-                             : reinterpret_cast<const void*>(&onchip_backward_kernel<T, 4>);
-      case 8: return forward ? reinterpret_cast<const void*>(&onchip_kernel<T, 8>)
-                             : reinterpret_cast<const void*>(&onchip_backward_kernel<T, 8>);
-    }
-    return nullptr;
+    return source == Source::kInstance ? f(Backward<T, Identity, Source::kInstance>{})
+                                       : f(Backward<T, Identity, Source::kRunning>{});
+  };
+  switch (dtype) {
+    case DType::kHalf: return by_source(F16{});
+    case DType::kBFloat16: return by_source(BF16{});
+    case DType::kDouble: return by_source(double());
+    default: return by_source(float());
   }
 }
 
-int64_t grid_limit(int64_t units) { return units < (int64_t(1) << 22) ? units : int64_t(1) << 22; }
+template <class Op>
+const void* typed_kernel_for(const Plan& plan) {
+  using T = typename Op::T;
+  if constexpr (Elem<T>::kVec < 4 || Op::kCoefKnown) {
+    return nullptr;  // float64 and running statistics run only the multi_cta family
+  } else {
+    switch (plan.regime) {
+      case Regime::kStream:
+        return plan.vectors == kStreamVectors ? reinterpret_cast<const void*>(&stream_kernel<Op, Spans, kStreamVectors>)
+                                              : nullptr;
+      case Regime::kOnchip:
+      case Regime::kCluster:
+        switch (plan.vectors) {
+          case 2: return reinterpret_cast<const void*>(&onchip_kernel<Op, Spans, 2>);
+          case 4: return reinterpret_cast<const void*>(&onchip_kernel<Op, Spans, 4>);
+          case 8: return reinterpret_cast<const void*>(&onchip_kernel<Op, Spans, 8>);
+        }
+        return nullptr;
+      default: return nullptr;
+    }
+  }
+}
+
+int64_t grid_limit(int64_t units) { return units < kMaxGrid ? units : kMaxGrid; }
 
 template <typename T>
 int64_t typed_chunks_per_instance(int64_t instance_size) {
@@ -1341,94 +1472,112 @@ int64_t typed_chunks_per_instance(int64_t instance_size) {
   return (instance_size + head_max + kChunk - 1) / kChunk;
 }
 
-// Partial statistics per chunk, then a per-instance merge, then the normalize (or dx) pass.
-template <typename T>
-cudaError_t launch_multi_cta(Pass pass, const Problem& pr, void* workspace, cudaStream_t stream) {
-  using acc_t = typename Elem<T>::acc;
-  const int64_t P = pr.num_instances;
+template <class Op>
+cudaError_t launch_chunks(const Problem& pr, void* workspace, cudaStream_t stream) {
+  using T = typename Op::T;
+  const Params<T> p = params_of<T>(pr);
   const int64_t chunks = typed_chunks_per_instance<T>(pr.instance_size);
-  const int64_t grid = grid_limit(P * chunks);
-  const int64_t merge_grid = grid_limit((P + 7) / 8);
-  if (pass == Pass::kForward) {
-    const Params<T> p = forward_params<T>(pr);
-    auto* partials = static_cast<Stats<acc_t>*>(workspace);
-    chunk_stats_kernel<T><<<grid, kChunkThreads, 0, stream>>>(p, partials, chunks);
-    merge_chunks_kernel<T><<<merge_grid, 256, 0, stream>>>(p, partials, chunks);
-    normalize_chunks_kernel<T><<<grid, kChunkThreads, 0, stream>>>(p, chunks);
-  } else {
-    const BackwardParams<T> p = backward_params<T>(pr);
-    auto* partials = static_cast<Sums<acc_t>*>(workspace);
-    chunk_grad_sums_kernel<T><<<grid, kChunkThreads, 0, stream>>>(p, partials, chunks);
-    merge_grad_sums_kernel<T><<<merge_grid, 256, 0, stream>>>(p, partials, chunks);
-    grad_chunks_kernel<T><<<grid, kChunkThreads, 0, stream>>>(p, chunks);
+  const int64_t grid = grid_limit(pr.num_instances * chunks);
+  constexpr int64_t kWarpsPerMerge = kMergeThreads / kWarpSize;
+  if constexpr (Op::kPartials) {
+    auto* partials = static_cast<typename Op::Partial*>(workspace);
+    chunk_partials_kernel<Op, Spans><<<grid, kChunkThreads, 0, stream>>>(p, partials, chunks);
+    merge_partials_kernel<Op>
+        <<<grid_limit((pr.num_instances + kWarpsPerMerge - 1) / kWarpsPerMerge), kMergeThreads, 0, stream>>>(
+            p, partials, chunks);
+  }
+  if constexpr (!(Op::kPartials && Op::kCoefKnown)) {
+    chunk_apply_kernel<Op, Spans><<<grid, kChunkThreads, 0, stream>>>(p, chunks);
   }
   return cudaGetLastError();
 }
 
-// On-chip kernels take (params, threads_per_instance, cluster_size); stream kernels take
-// (params, stages, slice_vectors). Clusters (and every stream plan) go through cudaLaunchKernelExC.
-template <typename T>
-cudaError_t typed_launch(const Plan& plan, Pass pass, const Problem& pr, const Launch& launch, void* workspace,
+template <class Op>
+cudaError_t launch_typed(const Plan& plan, const Problem& pr, const Launch& launch, void* workspace,
                          cudaStream_t stream) {
-  if (plan.cluster_size == 0) return launch_multi_cta<T>(pass, pr, workspace, stream);
-  const void* kernel = typed_kernel_for<T>(pass, plan);
+  if (plan.regime == Regime::kMultiCta) return launch_chunks<Op>(pr, workspace, stream);
+  const void* kernel = typed_kernel_for<Op>(plan);
   if (kernel == nullptr) return cudaErrorInvalidValue;
-  Params<T> forward = forward_params<T>(pr);
-  BackwardParams<T> backward = backward_params<T>(pr);
-  void* params = pass == Pass::kForward ? static_cast<void*>(&forward) : static_cast<void*>(&backward);
-  int first = plan.stages > 0 ? plan.stages : plan.threads_per_instance;
-  int second = plan.stages > 0 ? launch.slice_vectors : plan.cluster_size;
-  void* args[] = {params, &first, &second};
-  if (plan.cluster_size == 1 && plan.stages == 0) {
+  Params<typename Op::T> p = params_of<typename Op::T>(pr);
+  OnchipShape onchip{plan.threads, plan.cluster};
+  StreamShape stream_shape{plan.stages, launch.slice_vectors};
+  void* shape = plan.regime == Regime::kStream ? static_cast<void*>(&stream_shape) : static_cast<void*>(&onchip);
+  void* args[] = {&p, shape};
+  if (plan.regime == Regime::kOnchip) {
     return cudaLaunchKernel(kernel, dim3(launch.grid), dim3(launch.block), args, launch.smem, stream);
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(launch.grid);
-  config.blockDim = dim3(launch.block);
-  config.dynamicSmemBytes = launch.smem;
-  config.stream = stream;
   cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = plan.cluster_size;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  const cudaLaunchConfig_t config =
+      cluster_config(launch.grid, launch.block, launch.smem, plan.cluster, stream, &attribute);
   return cudaLaunchKernelExC(&config, kernel, args);
 }
 
 template <typename F>
-auto with_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kHalf: return f(__half());
-    case DType::kBFloat16: return f(__nv_bfloat16());
-    case DType::kDouble: return f(double());
-    default: return f(float());
-  }
+auto with_acc(DType dtype, F&& f) {
+  return dtype == DType::kDouble ? f(double()) : f(float());
+}
+
+unsigned channel_grid(int64_t channels) {
+  constexpr int64_t kWarps = kMergeThreads / kWarpSize;
+  return static_cast<unsigned>(grid_limit((channels + kWarps - 1) / kWarps));
 }
 
 }  // namespace
 
-const void* kernel_for(DType dtype, Pass pass, const Plan& plan) {
-  return with_type(dtype, [&](auto tag) { return typed_kernel_for<decltype(tag)>(pass, plan); });
+const void* kernel_for(DType dtype, Direction direction, const Plan& plan) {
+  return with_op(dtype, direction, Source::kInstance,
+                 [&](auto op) { return typed_kernel_for<decltype(op)>(plan); });
 }
 
 int64_t chunks_per_instance(DType dtype, int64_t instance_size) {
-  return with_type(dtype, [&](auto tag) { return typed_chunks_per_instance<decltype(tag)>(instance_size); });
-}
-
-int64_t chunk_partial_bytes(DType dtype, Pass pass) {
-  return with_type(dtype, [&](auto tag) -> int64_t {
-    using acc_t = typename Elem<decltype(tag)>::acc;
-    return pass == Pass::kForward ? sizeof(Stats<acc_t>) : sizeof(Sums<acc_t>);
+  return with_op(dtype, Direction::kForward, Source::kInstance, [&](auto op) {
+    return typed_chunks_per_instance<typename decltype(op)::T>(instance_size);
   });
 }
 
-cudaError_t launch_kernel(const Plan& plan, Pass pass, const Problem& problem, const Launch& launch, void* workspace,
-                          cudaStream_t stream) {
-  return with_type(problem.dtype, [&](auto tag) {
-    return typed_launch<decltype(tag)>(plan, pass, problem, launch, workspace, stream);
+int64_t chunk_workspace_bytes(const Problem& pr) {
+  return with_op(pr.dtype, pr.direction, pr.source, [&](auto op) -> int64_t {
+    using Op = decltype(op);
+    if (!Op::kPartials) return 0;
+    return pr.num_instances * typed_chunks_per_instance<typename Op::T>(pr.instance_size) *
+           static_cast<int64_t>(sizeof(typename Op::Partial));
   });
+}
+
+cudaError_t launch_plan(const Plan& plan, const Problem& problem, const Launch& launch, void* workspace,
+                        cudaStream_t stream) {
+  return with_op(problem.dtype, problem.direction, problem.source,
+                 [&](auto op) { return launch_typed<decltype(op)>(plan, problem, launch, workspace, stream); });
+}
+
+cudaError_t launch_channel_sums(const Problem& pr, ChannelVector dweight, ChannelVector dbias, cudaStream_t stream) {
+  const int64_t batch = pr.channels > 0 ? pr.num_instances / pr.channels : 0;
+  if (pr.channels == 0) return cudaSuccess;
+  return with_acc(pr.dtype, [&](auto tag) {
+    using acc_t = decltype(tag);
+    channel_sums_kernel<acc_t><<<channel_grid(pr.channels), kMergeThreads, 0, stream>>>(
+        static_cast<const acc_t*>(pr.sums), batch, pr.channels, dweight, dbias);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_running_stats(DType acc, const void* stats, int64_t batch, int64_t channels, int64_t count,
+                                 double momentum, double eps, ChannelVector running_mean, ChannelVector running_var,
+                                 cudaStream_t stream) {
+  if (channels == 0) return cudaSuccess;
+  return with_acc(acc, [&](auto tag) {
+    using acc_t = decltype(tag);
+    running_stats_kernel<acc_t><<<channel_grid(channels), kMergeThreads, 0, stream>>>(
+        static_cast<const acc_t*>(stats), batch, channels, count, momentum, eps, running_mean, running_var);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_fill(ChannelVector target, int64_t count, double value, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  fill_kernel<<<static_cast<unsigned>(grid_limit((count + kMergeThreads - 1) / kMergeThreads)), kMergeThreads, 0,
+                stream>>>(target, count, value);
+  return cudaGetLastError();
 }
 
 }  // namespace INSTANCE_NORM_NS
@@ -1436,43 +1585,39 @@ cudaError_t launch_kernel(const Plan& plan, Pass pass, const Problem& problem, c
 
 _HOST_SOURCE = r"""
 // =====================================================================================
-// Host: plan choice, validation, ATen wrappers and operator registration
+// Host: the plan space, checks, autograd, ATen wrappers and operator registration
 // =====================================================================================
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/autograd.h>
 #include <torch/library.h>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <vector>
 
 // Formatted TORCH_CHECK messages go through c10's out-of-line torchCheckFail(std::string), which
 // crashed this extension on the H100 image (torch 2.11); TORCH_CHECK_WITH throws the same
-// c10::Error (a Python RuntimeError) from inline code.
+// c10::Error (a Python RuntimeError) from inline code. Numbers go through std::to_string.
 #define IN_CHECK(cond, ...) TORCH_CHECK_WITH(Error, cond, __VA_ARGS__)
 
 namespace INSTANCE_NORM_NS {
 namespace {
 
-std::string describe(const Plan& plan) {
-  if (plan.cluster_size == 0) return "multi_cta";
-  std::string kg = "K=" + std::to_string(plan.vectors_per_thread) + ",G=" + std::to_string(plan.threads_per_instance);
-  if (plan.stages > 0) {
-    return "stream(" + kg + ",CS=" + std::to_string(plan.cluster_size) + ",S=" + std::to_string(plan.stages) + ")";
-  }
-  if (plan.cluster_size == 1) return "onchip(" + kg + ")";
-  return "cluster(" + kg + ",CS=" + std::to_string(plan.cluster_size) + ")";
-}
-
-// Compute capability major, SM count and opt-in shared memory of the current device, read once.
+// ---------------------------------------------------------------------------------------------
+// Device facts, read once per device
+// ---------------------------------------------------------------------------------------------
 struct DeviceInfo {
   int major;
   int sms;
-  int max_smem;
+  int max_smem;     // opt-in shared memory per block
+  int kernel_arch;  // the virtual architecture the loaded kernels were compiled for (90: sm_90 code)
 };
 
 DeviceInfo device_info() {
@@ -1486,73 +1631,56 @@ DeviceInfo device_info() {
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // Kernels built for an older architecture (a TORCH_CUDA_ARCH_LIST without this GPU, run through
+  // PTX) have no cluster code: they must not be given cluster or stream plans.
+  cudaFuncAttributes attributes;
+  const cudaError_t status = cudaFuncGetAttributes(&attributes, kernel_for(DType::kFloat, Direction::kForward, Plan::onchip(2, kWarpSize)));
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    IN_CHECK(false, "instance_norm: the extension has no kernels for this GPU (", cudaGetErrorString(status),
+             "); build it with TORCH_CUDA_ARCH_LIST naming this GPU's compute capability");
+  }
+  info.kernel_arch = attributes.ptxVersion;
   return cache.emplace(device, info).first->second;
 }
 
-int tensors_of(Pass pass) { return pass == Pass::kForward ? 1 : 2; }  // held per instance: x (and dy)
-
-int vector_width(DType dtype) {  // elements per 16-byte vector
-  return dtype == DType::kDouble ? 2 : dtype == DType::kFloat ? 4 : 8;
+bool has_clusters() {
+  const DeviceInfo info = device_info();
+  return info.major >= 9 && info.kernel_arch >= 90;
 }
 
-// ---- on-chip plans ----
-int block_threads(const Plan& plan) { return plan.threads_per_instance < 128 ? 256 : plan.threads_per_instance; }
-
-// Dynamic shared memory of an on-chip plan: K vectors per thread for each held tensor.
-int held_bytes(const Plan& plan, int tensors) {
-  return tensors * plan.vectors_per_thread * block_threads(plan) * 16;
-}
-
-// Vector slots an instance can straddle: it starts on a vector boundary when H*W is a multiple
-// of the vector width (the base pointer is always 16-byte aligned here), otherwise anywhere.
-int64_t vector_slots(int64_t instance_size, int vec) {
-  return instance_size % vec == 0 ? instance_size / vec : (instance_size + vec - 2) / vec + 1;
-}
-
-bool plan_holds(const Plan& plan, int64_t slots) {
-  return int64_t(plan.vectors_per_thread) * plan.threads_per_instance * plan.cluster_size >= slots;
-}
-
-// How many CTAs (cluster_size 1) or clusters of `kernel` can be resident at once, from the
-// occupancy APIs, after granting its dynamic shared memory; 0 when it cannot run at all. Cached.
-int resident_units(const void* kernel, int cluster_size, int block, int smem) {
+// How many CTAs (cluster 1) or clusters of `kernel` can be resident at once, from the occupancy
+// APIs, after granting its dynamic shared memory; 0 when it cannot run at all. Cached.
+int resident_units(const void* kernel, int cluster, int block, int64_t smem) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, const void*, int, int, int>, int> cache;
-  static std::map<std::pair<int, const void*>, int> granted;  // the attribute only ever grows
+  static std::map<std::tuple<int, const void*, int, int, int64_t>, int> cache;
+  static std::map<std::pair<int, const void*>, int64_t> granted;  // the attribute only ever grows
   if (kernel == nullptr) return 0;
   const int device = c10::cuda::current_device();
-  const auto key = std::make_tuple(device, kernel, block, cluster_size, smem);
+  const auto key = std::make_tuple(device, kernel, block, cluster, smem);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   int units = 0;
   const DeviceInfo info = device_info();
-  if (smem + 4096 <= info.max_smem && (cluster_size == 1 || (info.major >= 9 && cluster_size <= kMaxCluster))) {
-    int& current = granted[{device, kernel}];
+  if (smem + kStaticSmemReserve <= info.max_smem && (cluster == 1 || (has_clusters() && cluster <= kMaxCluster))) {
+    int64_t& current = granted[{device, kernel}];
     if (smem > current) {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       current = smem;
     }
-    if (cluster_size == 1) {
+    if (cluster == 1) {
       int blocks = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block, smem) == cudaSuccess) {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, block, static_cast<int>(smem)) == cudaSuccess) {
         units = blocks * info.sms;
       }
     } else {
-      if (cluster_size > 8) {
+      if (cluster > kPortableCluster) {
         C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
       }
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(cluster_size);
-      config.blockDim = dim3(block);
-      config.dynamicSmemBytes = smem;
       cudaLaunchAttribute attribute;
-      attribute.id = cudaLaunchAttributeClusterDimension;
-      attribute.val.clusterDim.x = cluster_size;
-      attribute.val.clusterDim.y = 1;
-      attribute.val.clusterDim.z = 1;
-      config.attrs = &attribute;
-      config.numAttrs = 1;
+      const cudaLaunchConfig_t config =
+          cluster_config(static_cast<unsigned>(cluster), block, static_cast<int>(smem), cluster, nullptr, &attribute);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess) units = clusters;
     }
@@ -1562,177 +1690,294 @@ int resident_units(const void* kernel, int cluster_size, int block, int smem) {
   return units;
 }
 
-int onchip_resident(DType dtype, Pass pass, const Plan& plan) {
-  return resident_units(kernel_for(dtype, pass, plan), plan.cluster_size, block_threads(plan),
-                        held_bytes(plan, tensors_of(pass)));
+// ---------------------------------------------------------------------------------------------
+// The plan space: every rule about which plan can serve which instance lives here, and the
+// candidate list, the forced-plan check, the capacity query and the heuristic all go through it.
+// ---------------------------------------------------------------------------------------------
+constexpr int kVectorChoices[] = {2, 4, 8};
+constexpr int kThreadChoices[] = {32, 64, 128, 256, 512, 1024};
+constexpr int kClusterChoices[] = {2, 4, 8, 16};
+// Stream plans exchange partials by st.async between the CTAs of a cluster; compute-sanitizer
+// (memcheck) rejects st.async in a cluster of one CTA, and the heuristic never picks one (a CTA of
+// the onchip family holds more), so the space starts at two.
+constexpr int kStreamClusterChoices[] = {2, 4, 8, 16};
+// The heuristic: instances of up to kWarpPlanSlots vectors get a warp each, K growing with the
+// instance; larger ones a CTA of K = 8 up to kMaxBlock threads, then the stream kernel, then a
+// cluster of kHeuristicCluster CTAs up to kHeuristicClusterBlocks CTAs' worth, then multi_cta.
+constexpr int kWarpPlanSlots = kWarpSize * 8;
+constexpr int kHeuristicCluster = 8;
+constexpr int kHeuristicClusterBlocks = 4;
+// candidates(tight): on-chip plans of at most twice the slots an instance needs, plus this slack
+// (so that tiny instances still see a few shapes).
+constexpr int kTightExtraSlots = 64;
+
+std::string describe(const Plan& plan) {
+  const std::string kg = "K=" + std::to_string(plan.vectors) + ",G=" + std::to_string(plan.threads);
+  switch (plan.regime) {
+    case Regime::kMultiCta: return "multi_cta";
+    case Regime::kOnchip: return "onchip(" + kg + ")";
+    case Regime::kCluster: return "cluster(" + kg + ",CS=" + std::to_string(plan.cluster) + ")";
+    case Regime::kStream:
+      return "stream(CS=" + std::to_string(plan.cluster) + ",S=" + std::to_string(plan.stages) + ")";
+  }
+  return "unknown";
 }
 
-// ---- stream plans: vectors_per_thread = kStreamVectors, threads_per_instance = kStreamThreads ----
-// A CTA's slice of an instance, in vectors; the instance must be whole vectors.
-int64_t stream_slice_vectors(int64_t instance_size, int vec, int cluster_size) {
-  return (instance_size / vec + cluster_size - 1) / cluster_size;
+int vector_width(DType dtype) {  // elements per 16-byte vector
+  return dtype == DType::kDouble ? 2 : dtype == DType::kFloat ? 4 : 8;
 }
 
-int64_t stream_smem(const Plan& plan, int64_t slice_vectors, Pass pass) {
-  return int64_t(plan.stages) * tensors_of(pass) * slice_vectors * 16;
+int inputs_of(Direction direction) { return direction == Direction::kForward ? 1 : 2; }  // x (and dy)
+
+// Vector slots an instance can straddle: it starts on a vector boundary when H*W is a multiple of
+// the vector width (the base pointer is always 16-byte aligned here), otherwise anywhere.
+int64_t vector_slots(int64_t instance_size, int vec) {
+  return instance_size % vec == 0 ? instance_size / vec : (instance_size + vec - 2) / vec + 1;
 }
 
-// Clusters of a stream plan resident at once; 0 when it cannot run at all.
-int stream_resident(DType dtype, Pass pass, const Plan& plan, int64_t instance_size) {
-  const int64_t slice = stream_slice_vectors(instance_size, vector_width(dtype), plan.cluster_size);
-  const int64_t smem = stream_smem(plan, slice, pass);
-  if (smem > (int64_t(1) << 20)) return 0;
-  return resident_units(kernel_for(dtype, pass, plan), plan.cluster_size, kStreamThreads, static_cast<int>(smem));
+int onchip_block(const Plan& plan) { return plan.threads < kMinClusterThreads ? kSmallGroupBlock : plan.threads; }
+int64_t onchip_smem(const Plan& plan, Direction direction) {
+  return int64_t(inputs_of(direction)) * plan.vectors * onchip_block(plan) * kVectorBytes;
 }
+int64_t onchip_slots(const Plan& plan) { return int64_t(plan.vectors) * plan.threads * plan.cluster; }
 
+int64_t stream_slice_vectors(int64_t instance_size, int vec, int cluster) {
+  return (instance_size / vec + cluster - 1) / cluster;
+}
+int64_t stream_smem(const Plan& plan, int64_t slice_vectors, Direction direction) {
+  return int64_t(plan.stages) * inputs_of(direction) * slice_vectors * kVectorBytes;
+}
 // The forward's buffers hold an input and, later, an output: it needs two.
-int min_stages(Pass pass) { return pass == Pass::kForward ? 2 : 1; }
+int min_stages(Direction direction) { return direction == Direction::kForward ? 2 : 1; }
 
-// The smallest cluster whose slices fit, with as many stages as shared memory allows; no plan
-// (cluster_size 0) when the instance is not whole vectors, the GPU has no clusters, or nothing fits.
-Plan choose_stream_plan(DType dtype, Pass pass, int64_t instance_size) {
+template <size_t N>
+bool one_of(int value, const int (&choices)[N]) {
+  for (int c : choices) {
+    if (c == value) return true;
+  }
+  return false;
+}
+
+// What a plan can hold does not depend on the instance; whether it fits does. Empty: well formed.
+std::string malformed(DType dtype, Direction direction, const Plan& plan) {
+  const int max_block = direction == Direction::kForward ? kMaxBlock : kBackwardMaxBlock;
+  switch (plan.regime) {
+    case Regime::kMultiCta:
+      if (plan.vectors || plan.threads || plan.cluster || plan.stages) return "a multi_cta plan takes no parameters";
+      return "";
+    case Regime::kOnchip:
+    case Regime::kCluster: {
+      if (dtype == DType::kDouble) return "float64 runs only the multi_cta plan";
+      if (!one_of(plan.vectors, kVectorChoices)) return "vectors must be 2, 4 or 8";
+      if (!one_of(plan.threads, kThreadChoices) || plan.threads > max_block) {
+        return "threads must be a power of two in [32, " + std::to_string(max_block) + "] here";
+      }
+      if (plan.stages != 0) return "only stream plans have stages";
+      if (plan.regime == Regime::kOnchip) return plan.cluster == 1 ? "" : "an onchip plan has cluster 1";
+      if (!one_of(plan.cluster, kClusterChoices)) return "cluster must be 2, 4, 8 or 16";
+      if (plan.threads < kMinClusterThreads) return "a cluster plan needs threads >= 128";
+      if (!has_clusters()) return "cluster plans need sm_90 or newer";
+      return "";
+    }
+    case Regime::kStream:
+      if (dtype == DType::kDouble) return "float64 runs only the multi_cta plan";
+      if (plan.vectors != kStreamVectors || plan.threads != kStreamThreads) {
+        return "a stream plan has vectors=" + std::to_string(kStreamVectors) +
+               " and threads=" + std::to_string(kStreamThreads);
+      }
+      if (!one_of(plan.cluster, kStreamClusterChoices)) return "a stream plan's cluster must be 2, 4, 8 or 16";
+      if (plan.stages < min_stages(direction) || plan.stages > kStreamMaxStages) {
+        return "this stream plan takes " + std::to_string(min_stages(direction)) + " to " +
+               std::to_string(kStreamMaxStages) + " stages";
+      }
+      if (!has_clusters()) return "stream plans need sm_90 or newer";
+      return "";
+  }
+  return "unknown regime";
+}
+
+// Why `plan` cannot serve instances of `instance_size` elements on the current device; empty if it can.
+std::string refusal(DType dtype, Direction direction, const Plan& plan, int64_t instance_size) {
+  std::string why = malformed(dtype, direction, plan);
+  if (!why.empty() || plan.regime == Regime::kMultiCta) return why;
   const int vec = vector_width(dtype);
-  if (dtype == DType::kDouble || instance_size % vec != 0 || device_info().major < 9) return {0, 0, 0};
-  for (int cs = 1; cs <= kMaxCluster; cs *= 2) {
-    if (stream_slice_vectors(instance_size, vec, cs) > kStreamVectors * kStreamThreads) continue;
-    for (int stages = kStreamMaxStages; stages >= min_stages(pass); --stages) {
-      const Plan plan{cs, kStreamVectors, kStreamThreads, stages};
-      if (stream_resident(dtype, pass, plan, instance_size) > 0) return plan;
+  const std::string too_big = describe(plan) + " cannot hold an instance of " + std::to_string(instance_size) + " elements";
+  const void* kernel = kernel_for(dtype, direction, plan);
+  if (plan.regime == Regime::kStream) {
+    if (instance_size % vec != 0) return "a stream plan needs H*W times the element size to be a multiple of 16 bytes";
+    const int64_t slice = stream_slice_vectors(instance_size, vec, plan.cluster);
+    if (slice > int64_t(kStreamVectors) * kStreamThreads) return too_big;
+    if (resident_units(kernel, plan.cluster, kStreamThreads, stream_smem(plan, slice, direction)) == 0) {
+      return describe(plan) + " does not fit on this device (shared memory)";
+    }
+    return "";
+  }
+  if (vector_slots(instance_size, vec) > onchip_slots(plan)) return too_big;
+  if (resident_units(kernel, plan.cluster, onchip_block(plan), onchip_smem(plan, direction)) == 0) {
+    return describe(plan) + " cannot run on this device (shared memory or registers)";
+  }
+  return "";
+}
+
+// Every plan of the space that serves `instance_size`; `tight` keeps the ones worth timing (no
+// more than about twice the capacity the instance needs).
+std::vector<Plan> candidates(DType dtype, Direction direction, int64_t instance_size, bool tight) {
+  std::vector<Plan> all{Plan::multi_cta()};
+  for (int k : kVectorChoices) {
+    for (int g : kThreadChoices) {
+      all.push_back(Plan::onchip(k, g));
+      for (int cs : kClusterChoices) all.push_back(Plan::clustered(k, g, cs));
+    }
+  }
+  for (int cs : kStreamClusterChoices) {
+    for (int s = 1; s <= kStreamMaxStages; ++s) all.push_back(Plan::stream(cs, s));
+  }
+  const int64_t slots = vector_slots(instance_size, vector_width(dtype));
+  std::vector<Plan> found;
+  for (const Plan& plan : all) {
+    if (!refusal(dtype, direction, plan, instance_size).empty()) continue;
+    const bool onchip = plan.regime == Regime::kOnchip || plan.regime == Regime::kCluster;
+    if (tight && onchip && onchip_slots(plan) > 2 * slots + kTightExtraSlots) continue;
+    found.push_back(plan);
+  }
+  return found;
+}
+
+// The largest instance (elements) that `plan` holds at every size up to it: onchip plans lose a
+// slot to a misaligned start; stream plans count only whole-vector sizes. -1: no limit; 0: the
+// plan cannot run on this device at all.
+int64_t capacity(DType dtype, Direction direction, const Plan& plan) {
+  if (!malformed(dtype, direction, plan).empty()) return 0;
+  if (plan.regime == Regime::kMultiCta) return -1;
+  const int vec = vector_width(dtype);
+  if (plan.regime == Regime::kStream) {
+    const int64_t per_stage = int64_t(inputs_of(direction)) * kVectorBytes * plan.stages;
+    const int64_t smem_slice = (device_info().max_smem - kStaticSmemReserve) / per_stage;
+    int64_t slice = std::min<int64_t>(int64_t(kStreamVectors) * kStreamThreads, smem_slice);
+    while (slice > 0 && !refusal(dtype, direction, plan, slice * plan.cluster * vec).empty()) slice /= 2;
+    return slice * plan.cluster * vec;
+  }
+  const int64_t guaranteed = (onchip_slots(plan) - 1) * vec + 1;
+  return refusal(dtype, direction, plan, guaranteed).empty() ? guaranteed : 0;
+}
+
+// The stream plan of the smallest cluster whose slices fit, with as many stages as fit.
+Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool* found) {
+  *found = false;
+  if (dtype == DType::kDouble || !has_clusters() || instance_size % vector_width(dtype) != 0) return Plan::multi_cta();
+  for (int cs : kStreamClusterChoices) {
+    if (stream_slice_vectors(instance_size, vector_width(dtype), cs) > int64_t(kStreamVectors) * kStreamThreads) continue;
+    for (int stages = kStreamMaxStages; stages >= min_stages(direction); --stages) {
+      const Plan plan = Plan::stream(cs, stages);
+      if (refusal(dtype, direction, plan, instance_size).empty()) {
+        *found = true;
+        return plan;
+      }
     }
     break;
   }
-  return {0, 0, 0};
+  return Plan::multi_cta();
 }
 
-// The heuristic, from benchmarks/tune.py on an H100 (2026-11-25). Small instances: a warp each,
-// several per CTA. Up to 1024 threads of K = 8 vectors: one CTA per instance. Larger instances of
-// whole vectors: the stream kernel (fp32 512x512: 1.04x the copy time). Otherwise a cluster of 8
-// CTAs up to four CTAs' worth, then multi_cta.
-Plan choose_plan_uncached(DType dtype, int64_t instance_size) {
-  if (dtype == DType::kDouble) return {0, 0, 0};  // accuracy over speed: one general path
+// The heuristic, from benchmarks/tune.py on an H100 (numbers in benchmarks/NOTES.md).
+Plan choose_forward(DType dtype, int64_t instance_size) {
+  if (dtype == DType::kDouble) return Plan::multi_cta();  // accuracy over speed: one general path
+  const Direction fwd = Direction::kForward;
   const int64_t slots = vector_slots(instance_size, vector_width(dtype));
-  if (slots <= kWarpSize * 8) {
-    const int K = slots <= kWarpSize * 2 ? 2 : slots <= kWarpSize * 4 ? 4 : 8;
-    return {1, K, kWarpSize};
+  if (slots <= kWarpPlanSlots) {
+    const int k = slots <= kWarpSize * 2 ? 2 : slots <= kWarpSize * 4 ? 4 : 8;
+    return Plan::onchip(k, kWarpSize);
   }
-  constexpr int K = 8;
+  constexpr int kK = 8;
   int64_t threads = kWarpSize;
-  while (threads * K < slots) threads *= 2;
-  if (threads <= kMaxBlock) return Plan{1, K, static_cast<int>(threads)};
-  const Plan stream = choose_stream_plan(dtype, Pass::kForward, instance_size);
-  if (stream.cluster_size > 0) return stream;
-  if (threads <= 4 * kMaxBlock && device_info().major >= 9) {
-    const Plan plan{8, K, static_cast<int>(threads / 8)};
-    if (onchip_resident(dtype, Pass::kForward, plan) > 0) return plan;
+  while (threads * kK < slots) threads *= 2;
+  if (threads <= kMaxBlock) return Plan::onchip(kK, static_cast<int>(threads));
+  bool found = false;
+  const Plan stream = choose_stream(dtype, fwd, instance_size, &found);
+  if (found) return stream;
+  if (threads <= int64_t(kHeuristicClusterBlocks) * kMaxBlock && has_clusters()) {
+    const Plan plan = Plan::clustered(kK, static_cast<int>(threads / kHeuristicCluster), kHeuristicCluster);
+    if (refusal(dtype, fwd, plan, instance_size).empty()) return plan;
   }
-  return {0, 0, 0};
+  return Plan::multi_cta();
+}
+
+// The forward's on-chip plan when x and dy both fit its CTA; else the stream plan for two tensors;
+// else multi_cta.
+Plan choose_backward(DType dtype, int64_t instance_size) {
+  const Plan plan = choose_forward(dtype, instance_size);
+  const bool onchip = plan.regime == Regime::kOnchip || plan.regime == Regime::kCluster;
+  if (onchip && refusal(dtype, Direction::kBackward, plan, instance_size).empty()) return plan;
+  bool found = false;
+  const Plan stream = choose_stream(dtype, Direction::kBackward, instance_size, &found);
+  return found ? stream : Plan::multi_cta();
 }
 
 // Plan choice sits on the launch path of small, launch-bound shapes: remember it per device,
-// dtype and instance size.
-Plan choose_plan(DType dtype, int64_t instance_size) {
+// dtype, direction and instance size.
+Plan choose(DType dtype, Direction direction, int64_t instance_size) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int64_t>, Plan> cache;
+  static std::map<std::tuple<int, int, int, int64_t>, Plan> cache;
   const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), static_cast<int>(dtype),
-                                   instance_size);
+                                   static_cast<int>(direction), instance_size);
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const Plan plan = choose_plan_uncached(dtype, instance_size);
+  const Plan plan = direction == Direction::kForward ? choose_forward(dtype, instance_size)
+                                                     : choose_backward(dtype, instance_size);
   std::lock_guard<std::mutex> lock(mutex);
   cache.emplace(key, plan);
   return plan;
 }
 
-// The forward's on-chip plan when x and dy both fit in its shared memory; else the stream plan for
-// two tensors; else multi_cta.
-Plan choose_backward_plan(DType dtype, int64_t instance_size) {
-  const Plan plan = choose_plan(dtype, instance_size);
-  if (plan.cluster_size > 0 && plan.stages == 0 && block_threads(plan) <= kBackwardMaxBlock &&
-      onchip_resident(dtype, Pass::kBackward, plan) > 0) {
-    return plan;
-  }
-  const Plan stream = choose_stream_plan(dtype, Pass::kBackward, instance_size);
-  return stream.cluster_size > 0 ? stream : Plan{0, 0, 0};
-}
-
-// Validates a plan forced through forward_with_plan / backward_with_plan.
-void check_plan(DType dtype, Pass pass, const Plan& plan, int64_t instance_size) {
-  if (plan.cluster_size == 0) return;
-  const int G = plan.threads_per_instance;
-  const int vec = vector_width(dtype);
-  IN_CHECK(dtype != DType::kDouble, "instance_norm: float64 input runs only the multi_cta plan (cluster_size=0)");
-  IN_CHECK(plan.cluster_size == 1 || plan.cluster_size == 2 || plan.cluster_size == 4 || plan.cluster_size == 8 ||
-               plan.cluster_size == 16,
-           "instance_norm: cluster_size must be 0, 1, 2, 4, 8 or 16");
-  if (plan.stages > 0) {
-    IN_CHECK(plan.stages >= min_stages(pass) && plan.stages <= kStreamMaxStages,
-             "instance_norm: this stream plan takes ", std::to_string(min_stages(pass)), " to ",
-             std::to_string(kStreamMaxStages), " stages");
-    IN_CHECK(plan.vectors_per_thread == kStreamVectors && G == kStreamThreads,
-             "instance_norm: a stream plan takes vectors_per_thread=", std::to_string(kStreamVectors),
-             " and threads_per_instance=", std::to_string(kStreamThreads));
-    IN_CHECK(device_info().major >= 9, "instance_norm: stream plans need sm_90 or newer");
-    IN_CHECK(instance_size % vec == 0,
-             "instance_norm: a stream plan needs H*W times the element size to be a multiple of 16 bytes");
-    IN_CHECK(stream_slice_vectors(instance_size, vec, plan.cluster_size) <= kStreamVectors * kStreamThreads,
-             "instance_norm: plan ", describe(plan), " cannot hold an instance of ", std::to_string(instance_size),
-             " elements");
-    return;
-  }
-  const int max_threads = pass == Pass::kForward ? kMaxBlock : kBackwardMaxBlock;
-  IN_CHECK(plan.vectors_per_thread == 2 || plan.vectors_per_thread == 4 || plan.vectors_per_thread == 8,
-           "instance_norm: vectors_per_thread must be 2, 4 or 8");
-  IN_CHECK(G >= kWarpSize && G <= max_threads && (G & (G - 1)) == 0,
-           "instance_norm: threads_per_instance must be a power of two in [32, ", std::to_string(max_threads),
-           "] for this plan");
-  IN_CHECK(plan_holds(plan, vector_slots(instance_size, vec)), "instance_norm: plan ", describe(plan),
-           " cannot hold an instance of ", std::to_string(instance_size), " elements");
-  if (plan.cluster_size > 1) {
-    IN_CHECK(G >= 128, "instance_norm: a cluster plan needs threads_per_instance >= 128");
-    IN_CHECK(device_info().major >= 9, "instance_norm: cluster plans need sm_90 or newer");
-  }
-}
+// ---------------------------------------------------------------------------------------------
+// Running a plan
+// ---------------------------------------------------------------------------------------------
 
 // Sizes the launch of a plan (grid, shared memory, multi_cta workspace) and runs it on the
-// current stream.
-void run(const Plan& plan, Pass pass, const Problem& problem) {
+// current stream. The plan has been checked against the problem.
+void run(const Plan& plan, const Problem& problem) {
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int64_t P = problem.num_instances;
   Launch launch{};
   at::Tensor workspace;  // multi_cta chunk partials, owned by the caching allocator
-  if (plan.cluster_size == 0) {
-    const int64_t bytes = P * chunks_per_instance(problem.dtype, problem.instance_size) *
-                          chunk_partial_bytes(problem.dtype, pass);
-    workspace = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
-  } else if (plan.stages > 0) {
-    const int resident = stream_resident(problem.dtype, pass, plan, problem.instance_size);
-    IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " does not fit on this device (shared memory)");
-    launch.slice_vectors = static_cast<int>(
-        stream_slice_vectors(problem.instance_size, vector_width(problem.dtype), plan.cluster_size));
-    launch.smem = static_cast<int>(stream_smem(plan, launch.slice_vectors, pass));
+  if (plan.regime == Regime::kMultiCta) {
+    const int64_t bytes = chunk_workspace_bytes(problem);
+    if (bytes > 0) {
+      workspace = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
+    }
+  } else if (plan.regime == Regime::kStream) {
+    const int64_t slice = stream_slice_vectors(problem.instance_size, vector_width(problem.dtype), plan.cluster);
+    const int64_t smem = stream_smem(plan, slice, problem.direction);
+    const int resident =
+        resident_units(kernel_for(problem.dtype, problem.direction, plan), plan.cluster, kStreamThreads, smem);
+    launch.slice_vectors = static_cast<int>(slice);
+    launch.smem = static_cast<int>(smem);
     launch.block = kStreamThreads;
     // A persistent grid: as many clusters as fit at once, or one per instance if there are fewer.
-    launch.grid = static_cast<unsigned>(std::min<int64_t>(resident, P) * plan.cluster_size);
+    launch.grid = static_cast<unsigned>(std::min<int64_t>(resident, P) * plan.cluster);
   } else {
-    IN_CHECK(onchip_resident(problem.dtype, pass, plan) > 0, "instance_norm: plan ", describe(plan),
-             " cannot run on this device (shared memory, or thread block clusters that need sm_90)");
-    launch.block = block_threads(plan);
-    launch.smem = held_bytes(plan, tensors_of(pass));
-    const int groups_per_block = launch.block / plan.threads_per_instance;
+    launch.block = onchip_block(plan);
+    launch.smem = static_cast<int>(onchip_smem(plan, problem.direction));
+    // Also grants the kernel its dynamic shared memory (cached after the first call).
+    IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, plan), plan.cluster, launch.block,
+                            launch.smem) > 0,
+             "instance_norm: plan ", describe(plan), " cannot run on this device");
+    const int groups_per_block = launch.block / plan.threads;
     const int64_t units = (P + groups_per_block - 1) / groups_per_block;  // CTAs, or clusters
-    IN_CHECK(units * plan.cluster_size <= int64_t(std::numeric_limits<int>::max()),
+    IN_CHECK(units * plan.cluster <= int64_t(std::numeric_limits<int>::max()),
              "instance_norm: too many instances (", std::to_string(P), ") for one launch");
-    launch.grid = static_cast<unsigned>(units * plan.cluster_size);
+    launch.grid = static_cast<unsigned>(units * plan.cluster);
   }
-  C10_CUDA_CHECK(launch_kernel(plan, pass, problem, launch, workspace.defined() ? workspace.data_ptr() : nullptr,
-                               stream));
+  C10_CUDA_CHECK(launch_plan(plan, problem, launch, workspace.defined() ? workspace.data_ptr() : nullptr, stream));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// ---- ATen wrappers ----
+// ---------------------------------------------------------------------------------------------
+// Tensors to problems
+// ---------------------------------------------------------------------------------------------
 void check_input(const at::Tensor& x) {
   IN_CHECK(x.is_cuda(), "instance_norm: expected a CUDA tensor, got one on ", x.device().str());
   IN_CHECK(x.dim() == 4, "instance_norm: expected a 4-D (N, C, H, W) tensor, got ", std::to_string(x.dim()), "-D");
@@ -1741,8 +1986,8 @@ void check_input(const at::Tensor& x) {
                               "instance_norm: expected a float16, bfloat16, float32 or float64 tensor, got ", t);
 }
 
-DType dtype_of(const at::Tensor& x) {
-  switch (x.scalar_type()) {
+DType dtype_of(at::ScalarType t) {
+  switch (t) {
     case at::kHalf: return DType::kHalf;
     case at::kBFloat16: return DType::kBFloat16;
     case at::kDouble: return DType::kDouble;
@@ -1752,24 +1997,30 @@ DType dtype_of(const at::Tensor& x) {
 
 at::ScalarType accumulation_type(const at::Tensor& x) { return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
-at::Tensor affine_param(const c10::optional<at::Tensor>& param, const at::Tensor& x, const char* name) {
-  if (!param.has_value() || !param->defined()) return at::Tensor();
-  IN_CHECK(param->device() == x.device(), "instance_norm: ", name, " is on ", param->device().str(),
-           " but the input is on ", x.device().str());
-  IN_CHECK(param->numel() == x.size(1), "instance_norm: ", name, " has ", std::to_string(param->numel()),
+// A per-channel tensor as the kernels read it, in its own dtype and stride (no conversion kernel).
+ChannelVector channel_vector(const c10::optional<at::Tensor>& t, const at::Tensor& x, const char* name) {
+  if (!t.has_value() || !t->defined()) return {nullptr, DType::kFloat, 0};
+  IN_CHECK(t->device() == x.device(), "instance_norm: ", name, " is on ", t->device().str(), " but the input is on ",
+           x.device().str());
+  IN_CHECK(t->dim() == 1 && t->numel() == x.size(1), "instance_norm: ", name, " has ", std::to_string(t->numel()),
            " elements, expected one per channel (", std::to_string(x.size(1)), ")");
-  return param->to(accumulation_type(x)).contiguous();
+  const auto s = t->scalar_type();
+  IN_CHECK(s == at::kFloat || s == at::kHalf || s == at::kBFloat16 || s == at::kDouble, "instance_norm: ", name,
+           " must be a floating-point tensor");
+  return {t->data_ptr(), dtype_of(s), t->numel() > 1 ? t->stride(0) : 1};
 }
 
 // NCHW-contiguous and 16-byte aligned, the layout every kernel reads.
 at::Tensor aligned_contiguous(const at::Tensor& t) {
   at::Tensor c = t.contiguous();
-  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone(at::MemoryFormat::Contiguous);
+  return reinterpret_cast<uintptr_t>(c.data_ptr()) % kVectorBytes == 0 ? c : c.clone(at::MemoryFormat::Contiguous);
 }
 
-Problem problem_of(const at::Tensor& x, at::Tensor& out) {
+Problem problem_of(const at::Tensor& x, at::Tensor& out, Direction direction, Source source) {
   Problem pr{};
-  pr.dtype = dtype_of(x);
+  pr.dtype = dtype_of(x.scalar_type());
+  pr.direction = direction;
+  pr.source = source;
   pr.x = x.data_ptr();
   pr.out = out.data_ptr();
   pr.num_instances = x.size(0) * x.size(1);
@@ -1778,61 +2029,88 @@ Problem problem_of(const at::Tensor& x, at::Tensor& out) {
   return pr;
 }
 
+Plan plan_from(at::IntArrayRef fields) {
+  IN_CHECK(fields.size() == 5, "instance_norm: a plan is [regime, vectors, threads, cluster, stages]");
+  IN_CHECK(fields[0] >= 0 && fields[0] <= 3, "instance_norm: regime must be 0 (multi_cta), 1 (onchip), 2 (cluster) or 3 (stream)");
+  for (int64_t f : fields) IN_CHECK(f >= 0 && f <= kMaxBlock, "instance_norm: plan field out of range");
+  return {static_cast<Regime>(fields[0]), static_cast<int>(fields[1]), static_cast<int>(fields[2]),
+          static_cast<int>(fields[3]), static_cast<int>(fields[4])};
+}
+
+std::vector<int64_t> fields_of(const Plan& plan) {
+  return {static_cast<int64_t>(plan.regime), plan.vectors, plan.threads, plan.cluster, plan.stages};
+}
+
+// Checks a forced plan against the problem, or chooses one.
+Plan plan_for(const Problem& pr, const std::vector<int64_t>* forced) {
+  if (forced == nullptr) return choose(pr.dtype, pr.direction, pr.instance_size);
+  const Plan plan = plan_from(*forced);
+  const std::string why = refusal(pr.dtype, pr.direction, plan, pr.instance_size);
+  IN_CHECK(why.empty(), "instance_norm: ", why);
+  return plan;
+}
+
+ChannelVector output_vector(at::Tensor& t) {
+  return {t.data_ptr(), dtype_of(t.scalar_type()), 1};
+}
+
+// Per-channel affine gradients (or size-0 tensors where the parameter is absent) from the
+// backward's per-instance sums.
+std::tuple<at::Tensor, at::Tensor> channel_gradients(const Problem& pr, const c10::optional<at::Tensor>& weight,
+                                                     const c10::optional<at::Tensor>& bias, const at::Tensor& x) {
+  const auto acc = x.options().dtype(accumulation_type(x));
+  at::Tensor dweight = weight.has_value() && weight->defined() ? at::empty({x.size(1)}, weight->options())
+                                                               : at::empty({0}, acc);
+  at::Tensor dbias = bias.has_value() && bias->defined() ? at::empty({x.size(1)}, bias->options()) : at::empty({0}, acc);
+  ChannelVector dw = dweight.numel() ? output_vector(dweight) : ChannelVector{nullptr, DType::kFloat, 0};
+  ChannelVector db = dbias.numel() ? output_vector(dbias) : ChannelVector{nullptr, DType::kFloat, 0};
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  if (dw.data == nullptr && db.data == nullptr) return {dweight, dbias};
+  if (pr.num_instances > 0 && pr.instance_size > 0) {
+    C10_CUDA_CHECK(launch_channel_sums(pr, dw, db, stream));
+  } else {  // sums over nothing
+    if (dw.data) C10_CUDA_CHECK(launch_fill(dw, dweight.numel(), 0.0, stream));
+    if (db.data) C10_CUDA_CHECK(launch_fill(db, dbias.numel(), 0.0, stream));
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {dweight, dbias};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ops' CUDA kernels
+// ---------------------------------------------------------------------------------------------
 std::tuple<at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
                                                 const c10::optional<at::Tensor>& bias, double eps,
-                                                const Plan* forced) {
+                                                const std::vector<int64_t>* forced) {
   check_input(input);
   c10::cuda::CUDAGuard guard(input.device());
   at::Tensor x = aligned_contiguous(input);
-  at::Tensor w = affine_param(weight, x, "weight");
-  at::Tensor b = affine_param(bias, x, "bias");
   at::Tensor y = at::empty(x.sizes(), x.options());
   at::Tensor stats = at::empty({2, x.size(0) * x.size(1)}, x.options().dtype(accumulation_type(x)));
-  if (x.numel() == 0) {
-    stats.fill_(std::numeric_limits<double>::quiet_NaN());
-    return {y, stats};
-  }
-  Problem pr = problem_of(x, y);
-  pr.weight = w.defined() ? w.data_ptr() : nullptr;
-  pr.bias = b.defined() ? b.data_ptr() : nullptr;
+  Problem pr = problem_of(x, y, Direction::kForward, Source::kInstance);
+  pr.weight = channel_vector(weight, x, "weight");
+  pr.bias = channel_vector(bias, x, "bias");
   pr.stats = stats.data_ptr();
   pr.eps = eps;
-  const Plan plan = forced ? *forced : choose_plan(pr.dtype, pr.instance_size);
-  if (forced) check_plan(pr.dtype, Pass::kForward, plan, pr.instance_size);
-  run(plan, Pass::kForward, pr);
+  const Plan plan = plan_for(pr, forced);
+  if (x.numel() == 0) {  // no elements: the statistics of nothing
+    C10_CUDA_CHECK(launch_fill(output_vector(stats), stats.numel(), std::numeric_limits<double>::quiet_NaN(),
+                               c10::cuda::getCurrentCUDAStream()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return {y, stats};
+  }
+  run(plan, pr);
   return {y, stats};
 }
 
-std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
-                                           const c10::optional<at::Tensor>& bias, double eps) {
-  return forward_impl(x, weight, bias, eps, nullptr);
-}
-
-Plan forced_plan(int64_t vectors_per_thread, int64_t threads_per_instance, int64_t cluster_size, int64_t stages) {
-  IN_CHECK(cluster_size >= 0 && cluster_size <= kMaxCluster, "instance_norm: cluster_size must be in [0, 16]");
-  IN_CHECK(stages >= 0 && stages <= kStreamMaxStages, "instance_norm: stages must be in [0, ",
-           std::to_string(kStreamMaxStages), "]");
-  IN_CHECK(vectors_per_thread >= 0 && vectors_per_thread <= 64 && threads_per_instance >= 0 &&
-               threads_per_instance <= kMaxBlock,
-           "instance_norm: vectors_per_thread or threads_per_instance out of range");
-  return {static_cast<int>(cluster_size), static_cast<int>(vectors_per_thread), static_cast<int>(threads_per_instance),
-          static_cast<int>(stages)};
-}
-
-std::tuple<at::Tensor, at::Tensor> forward_with_plan(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
-                                                     const c10::optional<at::Tensor>& bias, double eps,
-                                                     int64_t vectors_per_thread, int64_t threads_per_instance,
-                                                     int64_t cluster_size, int64_t stages) {
-  const Plan plan = forced_plan(vectors_per_thread, threads_per_instance, cluster_size, stages);
-  return forward_impl(x, weight, bias, eps, &plan);
-}
-
-std::tuple<at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad_output, const at::Tensor& input,
-                                                 const c10::optional<at::Tensor>& weight, const at::Tensor& stats_in,
-                                                 const Plan* forced) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad_out, const at::Tensor& input,
+                                                             const c10::optional<at::Tensor>& weight,
+                                                             const c10::optional<at::Tensor>& bias,
+                                                             const at::Tensor& stats_in,
+                                                             const std::vector<int64_t>* forced) {
   check_input(input);
-  IN_CHECK(grad_output.sizes() == input.sizes() && grad_output.scalar_type() == input.scalar_type() &&
-               grad_output.device() == input.device(),
+  IN_CHECK(grad_out.sizes() == input.sizes() && grad_out.scalar_type() == input.scalar_type() &&
+               grad_out.device() == input.device(),
            "instance_norm backward: grad_output must match the input's shape, dtype and device");
   c10::cuda::CUDAGuard guard(input.device());
   const auto acc = accumulation_type(input);
@@ -1841,44 +2119,335 @@ std::tuple<at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad_output, 
                stats_in.device() == input.device(),
            "instance_norm backward: stats must be the forward's (2, N*C) statistics");
   at::Tensor x = aligned_contiguous(input);
-  at::Tensor dy = aligned_contiguous(grad_output);
+  at::Tensor dy = aligned_contiguous(grad_out);
   at::Tensor stats = stats_in.contiguous();
-  at::Tensor w = affine_param(weight, x, "weight");
   at::Tensor dx = at::empty(x.sizes(), x.options());
   at::Tensor sums = at::empty({2, P}, x.options().dtype(acc));
-  if (x.numel() == 0) {
-    sums.zero_();
-    return {dx, sums};
-  }
-  Problem pr = problem_of(x, dx);
+  Problem pr = problem_of(x, dx, Direction::kBackward, Source::kInstance);
   pr.dy = dy.data_ptr();
-  pr.weight = w.defined() ? w.data_ptr() : nullptr;
+  pr.weight = channel_vector(weight, x, "weight");
+  pr.bias = channel_vector(bias, x, "bias");
   pr.stats = stats.data_ptr();
   pr.sums = sums.data_ptr();
-  const Plan plan = forced ? *forced : choose_backward_plan(pr.dtype, pr.instance_size);
-  if (forced) check_plan(pr.dtype, Pass::kBackward, plan, pr.instance_size);
-  run(plan, Pass::kBackward, pr);
-  return {dx, sums};
+  const Plan plan = plan_for(pr, forced);
+  if (x.numel() > 0) run(plan, pr);
+  auto [dweight, dbias] = channel_gradients(pr, weight, bias, x);
+  return {dx, dweight, dbias};
 }
 
-std::tuple<at::Tensor, at::Tensor> backward(const at::Tensor& grad_output, const at::Tensor& x,
-                                            const c10::optional<at::Tensor>& weight, const at::Tensor& stats) {
-  return backward_impl(grad_output, x, weight, stats, nullptr);
+std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                                           const c10::optional<at::Tensor>& bias, double eps) {
+  return forward_impl(x, weight, bias, eps, nullptr);
 }
 
-std::tuple<at::Tensor, at::Tensor> backward_with_plan(const at::Tensor& grad_output, const at::Tensor& x,
-                                                      const c10::optional<at::Tensor>& weight, const at::Tensor& stats,
-                                                      int64_t vectors_per_thread, int64_t threads_per_instance,
-                                                      int64_t cluster_size, int64_t stages) {
-  const Plan plan = forced_plan(vectors_per_thread, threads_per_instance, cluster_size, stages);
-  return backward_impl(grad_output, x, weight, stats, &plan);
+std::tuple<at::Tensor, at::Tensor> forward_with_plan(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                                                     const c10::optional<at::Tensor>& bias, double eps,
+                                                     at::IntArrayRef plan) {
+  const std::vector<int64_t> fields(plan.begin(), plan.end());
+  return forward_impl(x, weight, bias, eps, &fields);
 }
 
-std::string describe_plan(const at::Tensor& x, bool backward) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_out, const at::Tensor& x,
+                                                        const c10::optional<at::Tensor>& weight,
+                                                        const c10::optional<at::Tensor>& bias,
+                                                        const at::Tensor& stats) {
+  return backward_impl(grad_out, x, weight, bias, stats, nullptr);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_with_plan(const at::Tensor& grad_out, const at::Tensor& x,
+                                                                  const c10::optional<at::Tensor>& weight,
+                                                                  const c10::optional<at::Tensor>& bias,
+                                                                  const at::Tensor& stats, at::IntArrayRef plan) {
+  const std::vector<int64_t> fields(plan.begin(), plan.end());
+  return backward_impl(grad_out, x, weight, bias, stats, &fields);
+}
+
+// Eval mode with running statistics: a per-channel affine map, through the multi_cta family's
+// single-read sweeps.
+void check_running(const at::Tensor& x, const at::Tensor& running_mean, const at::Tensor& running_var) {
+  for (const at::Tensor* t : {&running_mean, &running_var}) {
+    IN_CHECK(t->device() == x.device() && t->dim() == 1 && t->numel() == x.size(1),
+             "instance_norm: running statistics must be per-channel vectors on the input's device");
+  }
+}
+
+at::Tensor eval_forward(const at::Tensor& input, const at::Tensor& running_mean, const at::Tensor& running_var,
+                        const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps) {
+  check_input(input);
+  check_running(input, running_mean, running_var);
+  c10::cuda::CUDAGuard guard(input.device());
+  at::Tensor x = aligned_contiguous(input);
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  if (x.numel() == 0) return y;
+  Problem pr = problem_of(x, y, Direction::kForward, Source::kRunning);
+  pr.weight = channel_vector(weight, x, "weight");
+  pr.bias = channel_vector(bias, x, "bias");
+  pr.running_mean = channel_vector(running_mean, x, "running_mean");
+  pr.running_var = channel_vector(running_var, x, "running_var");
+  pr.eps = eps;
+  run(Plan::multi_cta(), pr);
+  return y;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward(const at::Tensor& grad_out, const at::Tensor& input,
+                                                             const at::Tensor& running_mean,
+                                                             const at::Tensor& running_var,
+                                                             const c10::optional<at::Tensor>& weight,
+                                                             const c10::optional<at::Tensor>& bias, double eps) {
+  check_input(input);
+  check_running(input, running_mean, running_var);
+  IN_CHECK(grad_out.sizes() == input.sizes() && grad_out.scalar_type() == input.scalar_type() &&
+               grad_out.device() == input.device(),
+           "instance_norm backward: grad_output must match the input's shape, dtype and device");
+  c10::cuda::CUDAGuard guard(input.device());
+  at::Tensor x = aligned_contiguous(input);
+  at::Tensor dy = aligned_contiguous(grad_out);
+  at::Tensor dx = at::empty(x.sizes(), x.options());
+  at::Tensor sums = at::empty({2, x.size(0) * x.size(1)}, x.options().dtype(accumulation_type(x)));
+  Problem pr = problem_of(x, dx, Direction::kBackward, Source::kRunning);
+  pr.dy = dy.data_ptr();
+  pr.weight = channel_vector(weight, x, "weight");
+  pr.bias = channel_vector(bias, x, "bias");
+  pr.running_mean = channel_vector(running_mean, x, "running_mean");
+  pr.running_var = channel_vector(running_var, x, "running_var");
+  pr.sums = sums.data_ptr();
+  pr.eps = eps;
+  if (x.numel() > 0) run(Plan::multi_cta(), pr);
+  auto [dweight, dbias] = channel_gradients(pr, weight, bias, x);
+  return {dx, dweight, dbias};
+}
+
+void update_running_stats(const at::Tensor& stats, const at::Tensor& running_mean, const at::Tensor& running_var,
+                          int64_t batch, int64_t count, double momentum, double eps) {
+  IN_CHECK(stats.is_cuda() && stats.dim() == 2 && stats.size(0) == 2 && stats.is_contiguous(),
+           "instance_norm: stats must be the forward's (2, N*C) statistics");
+  const int64_t channels = running_mean.numel();
+  IN_CHECK(stats.size(1) == batch * channels, "instance_norm: stats do not match the batch and the channels");
+  for (const at::Tensor* t : {&running_mean, &running_var}) {
+    IN_CHECK(t->device() == stats.device() && t->dim() == 1 && t->numel() == channels,
+             "instance_norm: running statistics must be per-channel vectors on the statistics' device");
+  }
+  if (count == 0 && batch > 0) return;  // instances of no elements leave them as they are, as in PyTorch
+  c10::cuda::CUDAGuard guard(stats.device());
+  auto as_vector = [](const at::Tensor& t) {
+    return ChannelVector{t.data_ptr(), dtype_of(t.scalar_type()), t.numel() > 1 ? t.stride(0) : 1};
+  };
+  C10_CUDA_CHECK(launch_running_stats(dtype_of(stats.scalar_type()), stats.data_ptr(), batch, channels, count, momentum,
+                                      eps, as_vector(running_mean), as_vector(running_var),
+                                      c10::cuda::getCurrentCUDAStream()));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plan space as ops (tests, tune.py and sanitize.py ask these instead of copying the rules)
+// ---------------------------------------------------------------------------------------------
+Direction direction_of(bool backward) { return backward ? Direction::kBackward : Direction::kForward; }
+
+std::vector<int64_t> candidate_plans(const at::Tensor& x, bool backward, bool tight) {
   check_input(x);
   c10::cuda::CUDAGuard guard(x.device());
-  const int64_t size = x.size(2) * x.size(3);
-  return describe(backward ? choose_backward_plan(dtype_of(x), size) : choose_plan(dtype_of(x), size));
+  std::vector<int64_t> flat;
+  for (const Plan& plan : candidates(dtype_of(x.scalar_type()), direction_of(backward), x.size(2) * x.size(3), tight)) {
+    for (int64_t f : fields_of(plan)) flat.push_back(f);
+  }
+  return flat;
+}
+
+std::vector<int64_t> choose_plan(const at::Tensor& x, bool backward) {
+  check_input(x);
+  c10::cuda::CUDAGuard guard(x.device());
+  return fields_of(choose(dtype_of(x.scalar_type()), direction_of(backward), x.size(2) * x.size(3)));
+}
+
+std::string plan_refusal(const at::Tensor& x, at::IntArrayRef plan, bool backward) {
+  check_input(x);
+  c10::cuda::CUDAGuard guard(x.device());
+  return refusal(dtype_of(x.scalar_type()), direction_of(backward), plan_from(plan), x.size(2) * x.size(3));
+}
+
+int64_t plan_capacity(const at::Tensor& x, at::IntArrayRef plan, bool backward) {
+  check_input(x);
+  c10::cuda::CUDAGuard guard(x.device());
+  return capacity(dtype_of(x.scalar_type()), direction_of(backward), plan_from(plan));
+}
+
+std::string describe_plan(at::IntArrayRef plan) { return describe(plan_from(plan)); }
+
+// ---------------------------------------------------------------------------------------------
+// Shapes for torch.compile (Meta kernels; symbolic sizes) and autograd (C++ formulas)
+// ---------------------------------------------------------------------------------------------
+at::TensorOptions acc_options(const at::Tensor& x) { return x.options().dtype(accumulation_type(x)); }
+
+std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& x, const c10::optional<at::Tensor>&,
+                                                const c10::optional<at::Tensor>&, double) {
+  return {at::empty_symint(x.sym_sizes(), x.options()),
+          at::empty_symint({c10::SymInt(2), x.sym_size(0) * x.sym_size(1)}, acc_options(x))};
+}
+
+std::tuple<at::Tensor, at::Tensor> forward_with_plan_meta(const at::Tensor& x, const c10::optional<at::Tensor>& w,
+                                                          const c10::optional<at::Tensor>& b, double eps,
+                                                          at::IntArrayRef) {
+  return forward_meta(x, w, b, eps);
+}
+
+at::Tensor gradient_like(const c10::optional<at::Tensor>& param, const at::Tensor& x) {
+  if (param.has_value() && param->defined()) return at::empty_symint(param->sym_sizes(), param->options());
+  return at::empty_symint({c10::SymInt(0)}, acc_options(x));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_meta(const at::Tensor&, const at::Tensor& x,
+                                                             const c10::optional<at::Tensor>& weight,
+                                                             const c10::optional<at::Tensor>& bias, const at::Tensor&) {
+  return {at::empty_symint(x.sym_sizes(), x.options()), gradient_like(weight, x), gradient_like(bias, x)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_with_plan_meta(const at::Tensor& dy, const at::Tensor& x,
+                                                                       const c10::optional<at::Tensor>& weight,
+                                                                       const c10::optional<at::Tensor>& bias,
+                                                                       const at::Tensor& stats, at::IntArrayRef) {
+  return backward_meta(dy, x, weight, bias, stats);
+}
+
+at::Tensor eval_forward_meta(const at::Tensor& x, const at::Tensor&, const at::Tensor&,
+                             const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&, double) {
+  return at::empty_symint(x.sym_sizes(), x.options());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward_meta(const at::Tensor&, const at::Tensor& x,
+                                                                  const at::Tensor&, const at::Tensor&,
+                                                                  const c10::optional<at::Tensor>& weight,
+                                                                  const c10::optional<at::Tensor>& bias, double) {
+  return {at::empty_symint(x.sym_sizes(), x.options()), gradient_like(weight, x), gradient_like(bias, x)};
+}
+
+void update_running_stats_meta(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t, double,
+                               double) {}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+c10::OperatorHandle op_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+}
+
+struct BackwardCall {
+  static auto& op() {
+    static auto handle = op_handle("INSTANCE_NORM_NS::backward").typed<decltype(backward_meta)>();
+    return handle;
+  }
+};
+struct EvalBackwardCall {
+  static auto& op() {
+    static auto handle = op_handle("INSTANCE_NORM_NS::eval_backward").typed<decltype(eval_backward_meta)>();
+    return handle;
+  }
+};
+
+c10::optional<at::Tensor> maybe(const at::Tensor& t) {
+  return t.defined() ? c10::optional<at::Tensor>(t) : c10::nullopt;
+}
+
+// Autograd numbers only the tensors a Function was given (absent optionals take no edge): the
+// gradients a backward computes, matched to the edges that want them.
+struct Wanted {
+  AutogradContext* ctx;
+  size_t edge = 0;
+  at::Tensor operator()(const at::Tensor& input, const at::Tensor& grad) {
+    if (!input.defined()) return at::Tensor();
+    return ctx->needs_input_grad(edge++) ? grad : at::Tensor();
+  }
+};
+
+// Calls the backward ops through the dispatcher, so that their own autograd kernel (which refuses
+// double backward) sees them.
+class NormFunction : public torch::autograd::Function<NormFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                               const c10::optional<at::Tensor>& bias, double eps) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    static auto op = op_handle("INSTANCE_NORM_NS::forward").typed<decltype(forward_meta)>();
+    auto [y, stats] = op.call(x, weight, bias, eps);
+    ctx->save_for_backward({x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()), stats});
+    ctx->mark_non_differentiable({stats});
+    return {y, stats};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [dx, dweight, dbias] = BackwardCall::op().call(grads[0], saved[0], maybe(saved[1]), maybe(saved[2]), saved[3]);
+    Wanted wanted{ctx};
+    return {wanted(saved[0], dx), wanted(saved[1], dweight), wanted(saved[2], dbias), at::Tensor()};
+  }
+};
+
+class EvalFunction : public torch::autograd::Function<EvalFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& running_mean,
+                               const at::Tensor& running_var, const c10::optional<at::Tensor>& weight,
+                               const c10::optional<at::Tensor>& bias, double eps) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    static auto op = op_handle("INSTANCE_NORM_NS::eval_forward").typed<decltype(eval_forward_meta)>();
+    at::Tensor y = op.call(x, running_mean, running_var, weight, bias, eps);
+    ctx->save_for_backward({x, running_mean, running_var, weight.value_or(at::Tensor()), bias.value_or(at::Tensor())});
+    ctx->saved_data["eps"] = eps;
+    return {y};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto [dx, dweight, dbias] = EvalBackwardCall::op().call(grads[0], saved[0], saved[1], saved[2], maybe(saved[3]),
+                                                            maybe(saved[4]), ctx->saved_data["eps"].toDouble());
+    Wanted wanted{ctx};
+    at::Tensor gx = wanted(saved[0], dx);
+    wanted(saved[1], at::Tensor());  // running statistics: buffers, no gradient
+    wanted(saved[2], at::Tensor());
+    return {gx, at::Tensor(), at::Tensor(), wanted(saved[3], dweight), wanted(saved[4], dbias), at::Tensor()};
+  }
+};
+
+// The backward ops' autograd kernel: they run below autograd, and their own gradient is refused
+// (a clear error on double backward instead of silently wrong second derivatives).
+template <class Call>
+class Refusing : public torch::autograd::Function<Refusing<Call>> {
+ public:
+  template <typename... Args>
+  static variable_list forward(AutogradContext*, Args&&... args) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [dx, dweight, dbias] = Call::op().call(std::forward<Args>(args)...);
+    return {dx, dweight, dbias};
+  }
+  static variable_list backward(AutogradContext*, variable_list) {
+    IN_CHECK(false, "InstanceNorm2d (instance_norm.ModelNew): double backward is not supported");
+    return {};
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor> forward_autograd(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                                                    const c10::optional<at::Tensor>& bias, double eps) {
+  const variable_list out = NormFunction::apply(x, weight, bias, eps);
+  return {out[0], out[1]};
+}
+
+at::Tensor eval_forward_autograd(const at::Tensor& x, const at::Tensor& running_mean, const at::Tensor& running_var,
+                                 const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
+                                 double eps) {
+  return EvalFunction::apply(x, running_mean, running_var, weight, bias, eps)[0];
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_autograd(const at::Tensor& grad_out, const at::Tensor& x,
+                                                                 const c10::optional<at::Tensor>& weight,
+                                                                 const c10::optional<at::Tensor>& bias,
+                                                                 const at::Tensor& stats) {
+  const variable_list out = Refusing<BackwardCall>::apply(grad_out, x, weight, bias, stats);
+  return {out[0], out[1], out[2]};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward_autograd(const at::Tensor& grad_out, const at::Tensor& x,
+                                                                      const at::Tensor& running_mean,
+                                                                      const at::Tensor& running_var,
+                                                                      const c10::optional<at::Tensor>& weight,
+                                                                      const c10::optional<at::Tensor>& bias,
+                                                                      double eps) {
+  const variable_list out = Refusing<EvalBackwardCall>::apply(grad_out, x, running_mean, running_var, weight, bias, eps);
+  return {out[0], out[1], out[2]};
 }
 
 }  // namespace
@@ -1886,23 +2455,51 @@ std::string describe_plan(const at::Tensor& x, bool backward) {
 
 TORCH_LIBRARY(INSTANCE_NORM_NS, m) {
   m.def("forward(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)");
-  // The same kernel without an autograd formula: the eager no-grad path skips Python autograd glue.
-  m.def("infer(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)");
-  m.def("forward_with_plan(Tensor x, Tensor? weight, Tensor? bias, float eps, int vectors_per_thread, "
-        "int threads_per_instance, int cluster_size, int stages=0) -> (Tensor, Tensor)");
-  m.def("describe_plan(Tensor x, bool backward=False) -> str");
-  m.def("backward(Tensor grad_output, Tensor x, Tensor? weight, Tensor stats) -> (Tensor, Tensor)");
-  m.def("backward_with_plan(Tensor grad_output, Tensor x, Tensor? weight, Tensor stats, int vectors_per_thread, "
-        "int threads_per_instance, int cluster_size, int stages=0) -> (Tensor, Tensor)");
+  m.def("backward(Tensor grad_output, Tensor x, Tensor? weight, Tensor? bias, Tensor stats) -> (Tensor, Tensor, Tensor)");
+  m.def("eval_forward(Tensor x, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? bias, float eps) -> Tensor");
+  m.def("eval_backward(Tensor grad_output, Tensor x, Tensor running_mean, Tensor running_var, Tensor? weight, "
+        "Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)");
+  m.def("update_running_stats(Tensor stats, Tensor(a!) running_mean, Tensor(b!) running_var, int batch, int count, "
+        "float momentum, float eps) -> ()");
+  m.def("forward_with_plan(Tensor x, Tensor? weight, Tensor? bias, float eps, int[] plan) -> (Tensor, Tensor)");
+  m.def("backward_with_plan(Tensor grad_output, Tensor x, Tensor? weight, Tensor? bias, Tensor stats, int[] plan) "
+        "-> (Tensor, Tensor, Tensor)");
+  m.def("candidate_plans(Tensor x, bool backward=False, bool tight=False) -> int[]");
+  m.def("choose_plan(Tensor x, bool backward=False) -> int[]");
+  m.def("plan_refusal(Tensor x, int[] plan, bool backward=False) -> str");
+  m.def("plan_capacity(Tensor x, int[] plan, bool backward=False) -> int");
+  m.def("describe_plan(int[] plan) -> str", &INSTANCE_NORM_NS::describe_plan);
 }
 
 TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, CUDA, m) {
   m.impl("forward", &INSTANCE_NORM_NS::forward);
-  m.impl("infer", &INSTANCE_NORM_NS::forward);
-  m.impl("forward_with_plan", &INSTANCE_NORM_NS::forward_with_plan);
-  m.impl("describe_plan", &INSTANCE_NORM_NS::describe_plan);
   m.impl("backward", &INSTANCE_NORM_NS::backward);
+  m.impl("eval_forward", &INSTANCE_NORM_NS::eval_forward);
+  m.impl("eval_backward", &INSTANCE_NORM_NS::eval_backward);
+  m.impl("update_running_stats", &INSTANCE_NORM_NS::update_running_stats);
+  m.impl("forward_with_plan", &INSTANCE_NORM_NS::forward_with_plan);
   m.impl("backward_with_plan", &INSTANCE_NORM_NS::backward_with_plan);
+  m.impl("candidate_plans", &INSTANCE_NORM_NS::candidate_plans);
+  m.impl("choose_plan", &INSTANCE_NORM_NS::choose_plan);
+  m.impl("plan_refusal", &INSTANCE_NORM_NS::plan_refusal);
+  m.impl("plan_capacity", &INSTANCE_NORM_NS::plan_capacity);
+}
+
+TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, Meta, m) {
+  m.impl("forward", &INSTANCE_NORM_NS::forward_meta);
+  m.impl("backward", &INSTANCE_NORM_NS::backward_meta);
+  m.impl("eval_forward", &INSTANCE_NORM_NS::eval_forward_meta);
+  m.impl("eval_backward", &INSTANCE_NORM_NS::eval_backward_meta);
+  m.impl("update_running_stats", &INSTANCE_NORM_NS::update_running_stats_meta);
+  m.impl("forward_with_plan", &INSTANCE_NORM_NS::forward_with_plan_meta);
+  m.impl("backward_with_plan", &INSTANCE_NORM_NS::backward_with_plan_meta);
+}
+
+TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, Autograd, m) {
+  m.impl("forward", &INSTANCE_NORM_NS::forward_autograd);
+  m.impl("eval_forward", &INSTANCE_NORM_NS::eval_forward_autograd);
+  m.impl("backward", &INSTANCE_NORM_NS::backward_autograd);
+  m.impl("eval_backward", &INSTANCE_NORM_NS::eval_backward_autograd);
 }
 """
 
@@ -1920,7 +2517,10 @@ _ops = None
 def load_extension():
     """Build (first time only; cached by source hash) and load the CUDA extension; return its ops.
 
-    Needs nvcc but no GPU. Set INSTANCE_NORM_VERBOSE=1 to see the build log.
+    Needs nvcc but no GPU. Set INSTANCE_NORM_VERBOSE=1 to see the build log. Loading the same
+    source again in one process (an import and a harness's exec of this file) reuses the library
+    already loaded: its operators, autograd formulas and shape functions are all registered by the
+    library itself, once.
     """
     global _ops
     if _ops is None:
@@ -1930,7 +2530,7 @@ def load_extension():
         if "no_implicit_headers" in inspect.signature(load_inline).parameters:
             options["no_implicit_headers"] = True  # skip torch/extension.h in both translation units
         # Two translation units that ninja compiles in parallel: the kernels (nvcc, no ATen headers)
-        # and the host side (the C++ compiler alone, no nvcc passes over ATen).
+        # and the host side (the C++ compiler alone, no nvcc front end over ATen).
         load_inline(
             name=_NAMESPACE,
             cpp_sources=(_INTERFACE + _HOST_SOURCE).replace("INSTANCE_NORM_NS", _NAMESPACE),
@@ -1941,63 +2541,8 @@ def load_extension():
             verbose=os.environ.get("INSTANCE_NORM_VERBOSE", "") == "1",
             **options,
         )
-        ops = getattr(torch.ops, _NAMESPACE)
-        _register_python_kernels()
-        _ops = ops
+        _ops = getattr(torch.ops, _NAMESPACE)
     return _ops
-
-
-def _register_python_kernels():
-    """Fake (meta) kernels for torch.compile and autograd formulas for the custom ops.
-
-    Idempotent: the same extension may be loaded by an import and by a harness exec of this file.
-    """
-    forward_op = f"{_NAMESPACE}::forward"
-    try:
-        from torch._library.simple_registry import singleton
-
-        if singleton.find(forward_op).fake_impl.kernel is not None:
-            return
-    except Exception:
-        pass
-
-    def stats_like(x):
-        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        return x.new_empty((2, x.shape[0] * x.shape[1]), dtype=dtype)
-
-    def fake_forward(x, weight, bias, eps):
-        return torch.empty(x.shape, dtype=x.dtype, device=x.device), stats_like(x)
-
-    def fake_backward(grad_output, x, weight, stats):
-        return torch.empty(x.shape, dtype=x.dtype, device=x.device), stats_like(x)
-
-    for name in ("forward", "infer"):
-        torch.library.register_fake(f"{_NAMESPACE}::{name}")(fake_forward)
-    torch.library.register_fake(f"{_NAMESPACE}::backward")(fake_backward)
-
-    def setup_forward(ctx, inputs, output):
-        x, weight, bias, _ = inputs
-        ctx.save_for_backward(x, weight, output[1])
-        ctx.bias_dtype = None if bias is None else bias.dtype
-        ctx.mark_non_differentiable(output[1])
-
-    def backward_of_forward(ctx, grad_y, grad_stats):
-        x, weight, stats = ctx.saved_tensors
-        grad_x, sums = getattr(torch.ops, _NAMESPACE).backward(grad_y, x, weight, stats)
-        n, c = x.shape[0], x.shape[1]
-        # sums[0] = sum(dy), sums[1] = sum(dy * x_hat) per instance; summing over N in a fixed order
-        # keeps dweight and dbias deterministic.
-        grad_weight = sums[1].view(n, c).sum(0).to(weight.dtype) if ctx.needs_input_grad[1] else None
-        grad_bias = sums[0].view(n, c).sum(0).to(ctx.bias_dtype) if ctx.needs_input_grad[2] else None
-        return (grad_x if ctx.needs_input_grad[0] else None), grad_weight, grad_bias, None
-
-    def no_double_backward(ctx, *grads):
-        raise RuntimeError("InstanceNorm2d (instance_norm.ModelNew): double backward is not supported")
-
-    torch.library.register_autograd(forward_op, backward_of_forward, setup_context=setup_forward)
-    torch.library.register_autograd(
-        f"{_NAMESPACE}::backward", no_double_backward, setup_context=lambda ctx, inputs, output: None
-    )
 
 
 def cuda_kernels_available():
@@ -2008,6 +2553,82 @@ def cuda_kernels_available():
 if torch.cuda.is_available():
     load_extension()
 
+
+# --------------------------------------------------------------------------------------------------
+# Kernel plans (the plan space itself lives in the host C++; these wrap its ops)
+# --------------------------------------------------------------------------------------------------
+_REGIMES = ("multi_cta", "onchip", "cluster", "stream")
+
+
+class Plan(NamedTuple):
+    """Which kernel family serves a call, and its shape. Fields in the order of the C++ ``Plan`` and
+    of the ops' ``int[] plan``: regime, vectors (K), threads (G), cluster (CS), stages."""
+
+    regime: str
+    vectors: int = 0
+    threads: int = 0
+    cluster: int = 0
+    stages: int = 0
+
+    @classmethod
+    def multi_cta(cls):
+        return cls("multi_cta")
+
+    @classmethod
+    def onchip(cls, vectors, threads):
+        return cls("onchip", vectors, threads, 1, 0)
+
+    @classmethod
+    def clustered(cls, vectors, threads, cluster):
+        return cls("cluster", vectors, threads, cluster, 0)
+
+    @classmethod
+    def stream(cls, cluster, stages):
+        return cls("stream", 8, 512, cluster, stages)
+
+    @classmethod
+    def from_fields(cls, fields):
+        regime, vectors, threads, cluster, stages = (int(f) for f in fields)
+        return cls(_REGIMES[regime], vectors, threads, cluster, stages)
+
+    def fields(self):
+        return [_REGIMES.index(self.regime), self.vectors, self.threads, self.cluster, self.stages]
+
+    def __str__(self):
+        return load_extension().describe_plan(self.fields())
+
+
+def candidate_plans(x, backward=False, tight=False):
+    """Every plan the host accepts for x's H*W and dtype on x's device (``tight``: only those worth
+    timing, at most about twice the capacity the instance needs)."""
+    flat = load_extension().candidate_plans(x, backward, tight)
+    return [Plan.from_fields(flat[i : i + 5]) for i in range(0, len(flat), 5)]
+
+
+def chosen_plan(x, backward=False):
+    """The plan the ops pick for x."""
+    return Plan.from_fields(load_extension().choose_plan(x, backward))
+
+
+def plan_refusal(x, plan, backward=False):
+    """Why ``plan`` cannot serve x's H*W on x's device ("" when it can)."""
+    return load_extension().plan_refusal(x, plan.fields(), backward)
+
+
+def plan_capacity(x, plan, backward=False):
+    """The largest H*W that ``plan`` holds at every size up to it for x's dtype on x's device
+    (stream plans: every multiple of 16 bytes up to it); -1 without limit, 0 if it cannot run here."""
+    return load_extension().plan_capacity(x, plan.fields(), backward)
+
+
+def forward_with_plan(x, weight, bias, eps, plan):
+    return load_extension().forward_with_plan(x, weight, bias, eps, plan.fields())
+
+
+def backward_with_plan(grad_output, x, weight, bias, stats, plan):
+    return load_extension().backward_with_plan(grad_output, x, weight, bias, stats, plan.fields())
+
+
 # --------------------------------------------------------------------------------------------------
 # The module
 # --------------------------------------------------------------------------------------------------
@@ -2017,7 +2638,7 @@ _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 class ModelNew(nn.InstanceNorm2d):
     """``nn.InstanceNorm2d`` with the normalization done by this file's CUDA kernels.
 
-    Same constructor, parameters, buffers and state_dict as ``nn.InstanceNorm2d``.
+    Same constructor, parameters, buffers, state_dict and errors as ``nn.InstanceNorm2d``.
     """
 
     def forward(self, x):
@@ -2041,53 +2662,57 @@ class ModelNew(nn.InstanceNorm2d):
         return self._normalize(x)
 
     def _normalize(self, x):
-        if not x.is_floating_point() or x.is_complex():
+        if not x.is_floating_point() or x.is_complex() or x.dtype not in _KERNEL_DTYPES:
             raise NotImplementedError(
                 f"InstanceNorm2d: input dtype {x.dtype} is not supported; "
                 "expected float16, bfloat16, float32 or float64"
             )
         use_input_stats = self.training or not self.track_running_stats
-        if (
-            not use_input_stats
-            or not x.is_cuda
-            or x.dtype not in _KERNEL_DTYPES
-            or _ops is None
-            or x.numel() == 0
-        ):
-            return F.instance_norm(
-                x,
-                self.running_mean,
-                self.running_var,
-                self.weight,
-                self.bias,
-                use_input_stats,
-                self.momentum if self.momentum is not None else 0.0,
-                self.eps,
-            )
-        if x.size(2) * x.size(3) == 1:
+        if use_input_stats and x.size(2) * x.size(3) == 1:
             raise ValueError(f"Expected more than 1 spatial element when training, got input size {x.size()}")
-        needs_autograd = torch.is_grad_enabled() and (
-            x.requires_grad
-            or (self.weight is not None and self.weight.requires_grad)
-            or (self.bias is not None and self.bias.requires_grad)
-        )
-        op = _ops.forward if needs_autograd or torch.compiler.is_compiling() else _ops.infer
-        y, stats = op(x, self.weight, self.bias, self.eps)
-        if self.running_mean is not None and self.training:
-            self._update_running_stats(x, stats)
+        if x.size(0) == 0 and self.affine:
+            # What nn.InstanceNorm2d does with an empty batch and affine parameters, kept for parity.
+            raise IndexError("InstanceNorm2d: an empty batch with affine=True (nn.InstanceNorm2d raises IndexError too)")
+        momentum = self.momentum if self.momentum is not None else 0.0
+        update = self.training and self.track_running_stats
+        if not x.is_cuda:
+            return _cpu_instance_norm(self, x, use_input_stats, update, momentum)
+        if _ops is None:
+            raise RuntimeError("instance_norm: the CUDA extension is not loaded (no GPU was visible at import)")
+        if not use_input_stats:
+            return _ops.eval_forward(x, self.running_mean, self.running_var, self.weight, self.bias, self.eps)
+        y, stats = _ops.forward(x, self.weight, self.bias, self.eps)
+        if update:
+            _ops.update_running_stats(
+                stats, self.running_mean, self.running_var, x.size(0), x.size(2) * x.size(3), momentum, self.eps
+            )
         return y
 
-    @torch.no_grad()
-    def _update_running_stats(self, x, stats):
-        # What F.instance_norm does: each instance updates its channel's copy with its own mean and
-        # unbiased variance, then the copies are averaged over the batch.
-        n, c = x.size(0), x.size(1)
+
+def _cpu_instance_norm(module, x, use_input_stats, update, momentum):
+    """The CPU path, with plain tensor operations in float64 (CPU tensors are PyTorch's to compute)."""
+    c = x.size(1)
+    xd = x.double()
+    if use_input_stats:
+        mean = xd.mean(dim=(2, 3), keepdim=True)
+        var = (xd - mean).square().mean(dim=(2, 3), keepdim=True)
         count = x.size(2) * x.size(3)
-        momentum = self.momentum if self.momentum is not None else 0.0
-        mean = stats[0].view(n, c)
-        var = (stats[1].view(n, c).double().pow(-2) - self.eps) * (count / (count - 1))
-        self.running_mean.mul_(1 - momentum).add_(mean.mean(0).to(self.running_mean.dtype), alpha=momentum)
-        self.running_var.mul_(1 - momentum).add_(var.mean(0).to(self.running_var.dtype), alpha=momentum)
+        if update and (count > 0 or x.size(0) == 0):  # instances of no elements leave them as they are
+            with torch.no_grad():
+                # An empty batch averages nothing (NaN); count > 1 here (one element raised above).
+                batch_mean = mean.view(-1, c).mean(0)
+                batch_var = (var * (count / max(count - 1, 1))).view(-1, c).mean(0)
+                for buffer, value in ((module.running_mean, batch_mean), (module.running_var, batch_var)):
+                    buffer.copy_((buffer.double() * (1 - momentum) + value * momentum).to(buffer.dtype))
+    else:
+        mean = module.running_mean.double().view(1, c, 1, 1)
+        var = module.running_var.double().view(1, c, 1, 1)
+    y = (xd - mean) * (var + module.eps).rsqrt()
+    if module.weight is not None:
+        y = y * module.weight.double().view(1, c, 1, 1)
+    if module.bias is not None:
+        y = y + module.bias.double().view(1, c, 1, 1)
+    return y.to(x.dtype)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """One forward (or backward) call of a forced plan, for Nsight Compute (development tool).
 
     ncu --section SpeedOfLight --section WarpStateStats -k regex:stream python benchmarks/profile_one.py \\
-        --shape 112x64x512x512 --plan 8,512,16,3 [--dtype bfloat16] [--backward]
+        --shape 112x64x512x512 --plan stream,8,512,16,3 [--dtype bfloat16] [--backward]
+
+A plan is written in the field order of instance_norm.Plan: regime,vectors,threads,cluster,stages.
 """
 
 import argparse
@@ -15,15 +17,15 @@ import instance_norm  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--shape", default="112x64x512x512")
-parser.add_argument("--plan", default="8,512,16,3")
+parser.add_argument("--plan", default="stream,8,512,16,3")
 parser.add_argument("--dtype", default="float32")
 parser.add_argument("--backward", action="store_true")
 args = parser.parse_args()
-ops = instance_norm.load_extension()
 shape = tuple(int(v) for v in args.shape.split("x"))
-plan = tuple(int(v) for v in args.plan.split(","))
+regime, *numbers = args.plan.split(",")
+plan = instance_norm.Plan(regime, *(int(v) for v in numbers))
 x = torch.randn(shape, device="cuda", dtype=getattr(torch, args.dtype))
-y, stats = ops.forward_with_plan(x, None, None, 1e-5, *plan)
+y, stats = instance_norm.forward_with_plan(x, None, None, 1e-5, plan)
 if args.backward:
-    ops.backward_with_plan(torch.randn_like(x), x, None, stats, *plan)
+    instance_norm.backward_with_plan(torch.randn_like(x), x, None, None, stats, plan)
 torch.cuda.synchronize()

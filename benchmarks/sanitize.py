@@ -1,8 +1,13 @@
 """Small shapes through every kernel regime, forward and backward, for compute-sanitizer (dev tool).
 
-    compute-sanitizer --tool memcheck python benchmarks/sanitize.py
+    compute-sanitizer --tool memcheck  python benchmarks/sanitize.py
     compute-sanitizer --tool racecheck python benchmarks/sanitize.py
     compute-sanitizer --tool synccheck python benchmarks/sanitize.py
+
+Each shape runs the first and the last plan of every regime the host lists for it
+(instance_norm.candidate_plans, tight), so the sanitizers see every regime the plan space has: a warp per instance, a CTA per instance, clusters,
+the stream kernel (with more instances than resident clusters, so the stage ring wraps), multi_cta,
+and eval mode's running-statistics sweeps; odd sizes included.
 """
 
 import os
@@ -14,29 +19,36 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import instance_norm  # noqa: E402
 
 ops = instance_norm.load_extension()
-cluster_ok = torch.cuda.get_device_capability()[0] >= 9
-# (shape, forward plan, backward plan): a warp per instance, a CTA per instance, a cluster, the
-# stream kernel (more instances than resident clusters, so the stage ring wraps), multi_cta;
-# odd sizes included. A plan is (vectors_per_thread, threads_per_instance, cluster_size[, stages]).
-cases = [
-    ((3, 5, 7, 9), (2, 32, 1), (2, 32, 1)),
-    ((2, 3, 33, 31), (8, 128, 1), (8, 128, 1)),
-    ((1, 2, 63, 65), (8, 128, 8), (8, 128, 8)),
-    ((2, 5, 64, 64), (8, 512, 2, 3), (8, 512, 2, 2)),
-    ((1, 40, 64, 64), (8, 512, 16, 2), (8, 512, 16, 1)),
-    ((1, 2, 67, 301), (0, 0, 0), (0, 0, 0)),
-]
+SHAPES = [(3, 5, 7, 9), (2, 3, 33, 31), (1, 2, 63, 65), (2, 5, 64, 64), (1, 40, 64, 64), (1, 2, 67, 301)]
+
+
+def per_regime(plans):
+    """The first and the last plan of each regime (e.g. the smallest and the largest cluster)."""
+    chosen = {}
+    for plan in plans:
+        chosen.setdefault(plan.regime, []).append(plan)
+    return [p for group in chosen.values() for p in dict.fromkeys((group[0], group[-1]))]
+
+
+runs = 0
 for dtype in (torch.float32, torch.bfloat16):
-    for shape, forward_plan, backward_plan in cases:
-        if forward_plan[2] > 1 and not cluster_ok:
-            continue
+    for shape in SHAPES:
         x = torch.randn(shape, device="cuda", dtype=dtype)
         w = torch.randn(shape[1], device="cuda")
-        y, stats = ops.forward_with_plan(x, w, w, 1e-5, *forward_plan)
-        dx, sums = ops.backward_with_plan(torch.randn_like(x), x, w, stats, *backward_plan)
-        y2, _ = ops.forward(x, None, None, 1e-5)
+        dy = torch.randn_like(x)
+        for plan in per_regime(instance_norm.candidate_plans(x, tight=True)):
+            instance_norm.forward_with_plan(x, w, w, 1e-5, plan)
+            runs += 1
+        _, stats = ops.forward(x, w, w, 1e-5)
+        for plan in per_regime(instance_norm.candidate_plans(x, backward=True, tight=True)):
+            instance_norm.backward_with_plan(dy, x, w, w, stats, plan)
+            runs += 1
+        rm, rv = torch.randn(shape[1], device="cuda"), torch.rand(shape[1], device="cuda") + 0.5
+        ops.eval_forward(x, rm, rv, w, w, 1e-5)
+        ops.eval_backward(dy, x, rm, rv, w, w, 1e-5)
+        ops.update_running_stats(stats, rm, rv, shape[0], shape[2] * shape[3], 0.1, 1e-5)
 x = torch.randn(2, 3, 129, 127, device="cuda", dtype=torch.float64)  # float64: multi_cta only
 y, stats = ops.forward(x, None, None, 1e-5)
-dx, sums = ops.backward(torch.randn_like(x), x, None, stats)
+ops.backward(torch.randn_like(x), x, None, None, stats)
 torch.cuda.synchronize()
-print("sanitize: all regimes ran")
+print(f"sanitize: {runs} plan runs, every regime, forward and backward")

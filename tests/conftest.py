@@ -1,7 +1,8 @@
 """Shared pytest setup for the instance_norm tests.
 
 * `requires_cuda` marker: tests (or whole modules, via `pytestmark`) carrying it are
-  skipped when `torch.cuda.is_available()` is False.
+  skipped when `torch.cuda.is_available()` is False; with INSTANCE_NORM_REQUIRE_GPU=1 (the
+  device runs set it) a missing GPU fails the run instead of skipping hundreds of tests.
 * A fresh random seed for every test, drawn from os.urandom (override with
   INSTANCE_NORM_TEST_SEED=<int> to reproduce a failure).  The seed is printed in the
   report of every failing test.
@@ -9,6 +10,7 @@
   CUDA build.
 """
 
+import math
 import os
 import random
 import sys
@@ -22,6 +24,7 @@ if ROOT not in sys.path:
 
 SOURCE_PATH = os.path.join(ROOT, "instance_norm.py")
 SEED_ENV = "INSTANCE_NORM_TEST_SEED"
+REQUIRE_GPU_ENV = "INSTANCE_NORM_REQUIRE_GPU"
 
 
 def pytest_configure(config):
@@ -31,6 +34,8 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
+    if os.environ.get(REQUIRE_GPU_ENV) == "1":
+        raise pytest.UsageError(f"{REQUIRE_GPU_ENV}=1 but torch.cuda.is_available() is False")
     skip = pytest.mark.skip(reason="torch.cuda.is_available() is False")
     for item in items:
         if "requires_cuda" in item.keywords:
@@ -92,3 +97,256 @@ def submission(source_text, tmp_path, monkeypatch):
     exec(compile(source_text, "kernelbench_submission", "exec"), namespace)
     assert "__file__" not in namespace
     return namespace
+
+
+# =========================================================================== shared helpers
+# References, inputs, layouts, tolerances and plans shared by the test modules.
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+LOW_AND_SINGLE = [torch.float32, torch.float16, torch.bfloat16]
+LAYOUTS = ["contiguous", "channels_last", "sliced", "transposed", "offset"]
+
+# (relative L2 error, max-abs error as a fraction of max(1, max|ref|)) against float64.
+# float16 / bfloat16 are dominated by the rounding of the output.
+TOL = {
+    torch.float32: (1e-5, 1e-4),
+    torch.float16: (2e-3, 4e-3),
+    torch.bfloat16: (1.6e-2, 3.2e-2),
+    torch.float64: (1e-12, 1e-10),
+}
+STATS_TOL = {torch.float64: 1e-12}  # everything else accumulates in float32
+DEFAULT_STATS_TOL = 1e-5
+
+# Named kernel plans in the field order of instance_norm.Plan (regime, vectors, threads, cluster,
+# stages); None is the plan ops.forward picks itself. Stream plans need H*W to be a whole number of
+# 16-byte vectors.
+REGIMES = {
+    "default": None,
+    "multi_cta": ("multi_cta", 0, 0, 0, 0),
+    "onchip_warp": ("onchip", 4, 32, 1, 0),
+    "onchip_cta": ("onchip", 8, 256, 1, 0),
+    "cluster": ("cluster", 4, 256, 4, 0),
+    "stream": ("stream", 8, 512, 4, 2),
+}
+
+
+# =========================================================================== helpers
+
+@pytest.fixture(scope="session")
+def ops(inorm):
+    ops = inorm.load_extension()
+    assert inorm.cuda_kernels_available()
+    return ops
+
+
+def has_clusters(device=None):
+    return torch.cuda.get_device_capability(device) >= (9, 0)
+
+
+def reference(x, weight=None, bias=None, eps=1e-5):
+    """Instance norm of x (..., H, W) in float64, two-pass, biased variance."""
+    xd = x.double()
+    mean = xd.mean(dim=(-2, -1), keepdim=True)
+    centered = xd - mean
+    var = centered.square().mean(dim=(-2, -1), keepdim=True)
+    y = centered * torch.rsqrt(var + eps)
+    if weight is not None:
+        y = y * weight.double().view(-1, 1, 1)
+    if bias is not None:
+        y = y + bias.double().view(-1, 1, 1)
+    return y
+
+
+def reference_stats(x, eps):
+    """Per-instance float64 (mean, rstd), each of shape (N*C,)."""
+    xd = x.double().flatten(2)
+    mean = xd.mean(dim=-1)
+    var = (xd - mean.unsqueeze(-1)).square().mean(dim=-1)
+    return mean.flatten(), torch.rsqrt(var + eps).flatten()
+
+
+def rel_err(out, ref):
+    """||out - ref|| / ||ref|| in float64 (NaN propagates, so a NaN fails any `<=`)."""
+    out, ref = out.double(), ref.double()
+    num = (out - ref).norm().item()
+    den = ref.norm().item()
+    return num / den if den > 0 else num
+
+
+def assert_close_to(out, ref, dtype, what=""):
+    """out is within TOL[dtype] of the float64 ref, in relative L2 and in max-abs."""
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
+    if ref.numel() == 0:
+        return
+    rel_tol, abs_tol = TOL[dtype]
+    err = rel_err(out, ref)
+    max_abs = max_abs_err(out, ref)
+    bound = abs_tol * max(1.0, ref.double().abs().max().item())
+    assert err <= rel_tol, f"{what}: relative error {err:.3g} > {rel_tol:.3g} (max abs {max_abs:.3g})"
+    assert max_abs <= bound, f"{what}: max abs error {max_abs:.3g} > {bound:.3g} (relative {err:.3g})"
+
+
+def max_abs_err(out, ref):
+    return (out.double() - ref.double()).abs().max().item() if ref.numel() else 0.0
+
+
+def assert_matches_eager(out, expected, ref, dtype, what=""):
+    """out agrees with eager's `expected` within twice our tolerance plus eager's own
+    error against the float64 `ref` (eager is not always as accurate as TOL asks; the
+    tight check of `out` is the one against `ref`)."""
+    assert out.shape == expected.shape and out.dtype == expected.dtype, f"{what}: differs from eager"
+    if ref.numel() == 0:
+        return
+    rel_tol, abs_tol = TOL[dtype]
+    rel_bound = 2 * rel_tol + rel_err(expected, ref)
+    abs_bound = 2 * abs_tol * max(1.0, ref.double().abs().max().item()) + max_abs_err(expected, ref)
+    err, max_abs = rel_err(out, expected), max_abs_err(out, expected)
+    assert err <= rel_bound, f"{what} vs eager: relative difference {err:.3g} > {rel_bound:.3g}"
+    assert max_abs <= abs_bound, f"{what} vs eager: max abs difference {max_abs:.3g} > {abs_bound:.3g}"
+
+
+def assert_stats_close(stats, x, eps, what=""):
+    """stats == (mean, rstd) per instance, in the accumulation dtype."""
+    n, c = x.shape[:2]
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    assert stats.dtype == acc, f"{what}: stats dtype {stats.dtype}"
+    assert tuple(stats.shape) == (2, n * c), f"{what}: stats shape {tuple(stats.shape)}"
+    tol = STATS_TOL.get(x.dtype, DEFAULT_STATS_TOL)
+    mean_ref, rstd_ref = reference_stats(x, eps)
+    mean_err = ((stats[0].double() - mean_ref).abs() / (mean_ref.abs() + 1 / rstd_ref)).max().item()
+    rstd_err = ((stats[1].double() - rstd_ref).abs() / rstd_ref).max().item()
+    assert mean_err <= tol, f"{what}: mean error {mean_err:.3g} > {tol:.3g}"
+    assert rstd_err <= tol, f"{what}: rstd error {rstd_err:.3g} > {tol:.3g}"
+
+
+def make_input(shape, dtype, rng, log_scale=(-2.0, 2.0), device="cuda"):
+    """Random data with a random global scale and per-instance offsets and scales
+    (offset / scale within +-5, so the problem stays well conditioned in every dtype)."""
+    n, c = shape[0], shape[1]
+    scale = 10 ** rng.uniform(*log_scale)
+    inst_scale = scale * 10 ** (torch.rand(n, c, 1, 1, device=device) - 0.5)
+    inst_offset = inst_scale * (torch.rand(n, c, 1, 1, device=device) * 10 - 5)
+    if rng.random() < 0.7:
+        base = torch.randn(shape, device=device)
+    else:
+        base = torch.rand(shape, device=device) * 3.4  # about unit variance
+    return (base * inst_scale + inst_offset).to(dtype)
+
+
+def with_layout(v, layout):
+    """A tensor equal to v (N, C, H, W) with the given memory layout.  Memory outside
+    the view is NaN, so a kernel reading out of bounds shows up in its result."""
+    n, c, h, w = v.shape
+    nan = float("nan")
+    if layout == "contiguous":
+        return v.clone()
+    if layout == "channels_last":
+        return v.contiguous(memory_format=torch.channels_last)
+    if layout == "sliced":
+        big = torch.full((n, c, h + 1, w + 2), nan, dtype=v.dtype, device=v.device)
+        x = big[:, :, 1:, 2:]
+    elif layout == "transposed":
+        x = torch.full((n, c, w, h), nan, dtype=v.dtype, device=v.device).transpose(2, 3)
+    elif layout == "offset":
+        flat = torch.full((v.numel() + 1,), nan, dtype=v.dtype, device=v.device)
+        x = flat[1:].view(v.shape)
+    else:
+        raise ValueError(layout)
+    x.copy_(v)
+    return x
+
+
+def random_affine(c, dtype, rng, device="cuda"):
+    if rng.random() < 0.5:
+        return None, None
+    weight = (torch.randn(c, device=device) * 2).to(dtype)
+    bias = torch.randn(c, device=device).to(dtype)
+    return weight, bias
+
+
+def poison_allocator(nbytes, device="cuda"):
+    """Leave a freed block of nbytes filled with 0xFF (NaN in every float dtype) in the
+    caching allocator, so that the next output of that size most likely reuses it and
+    any element a kernel forgets to write reads as NaN."""
+    junk = torch.full((max(int(nbytes), 1),), 0xFF, dtype=torch.uint8, device=device)
+    del junk
+
+
+def split_hw(hw, rng):
+    """A random (H, W) with H * W == hw."""
+    divisors = [d for d in range(1, math.isqrt(hw) + 1) if hw % d == 0]
+    d = rng.choice(divisors)
+    return (d, hw // d) if rng.random() < 0.5 else (hw // d, d)
+
+
+def as_plan(plan):
+    import instance_norm
+
+    return plan if isinstance(plan, instance_norm.Plan) else instance_norm.Plan(*plan)
+
+
+def plan_capacity(plan, dtype, backward=False):
+    """The largest H*W the plan holds at every size up to it (the host's own rule, asked through
+    instance_norm.plan_capacity); 0 when the device cannot run the plan, -1 without limit."""
+    import instance_norm
+
+    probe = torch.empty(1, 1, 1, 1, dtype=dtype, device="cuda")
+    return instance_norm.plan_capacity(probe, as_plan(plan), backward)
+
+
+def whole_vectors(plan):
+    return as_plan(plan).regime == "stream"
+
+
+def filling_hw(plan, dtype, rng):
+    """An H*W filling the plan 50%..100%: odd where the plan allows, whole vectors for stream plans."""
+    top = plan_capacity(plan, dtype)
+    hw = rng.randint(top // 2 + 1, top)
+    if whole_vectors(plan):
+        vec = 16 // dtype.itemsize
+        return max(vec, hw // vec * vec)
+    return hw if hw % 2 else hw - 1
+
+
+def regime_hw(name, dtype, rng):
+    plan = REGIMES[name]
+    if plan is None or as_plan(plan).regime == "multi_cta":
+        return rng.randint(300, 70000)
+    return filling_hw(plan, dtype, rng)
+
+
+def skip_unsupported_regime(name, dtype):
+    plan = REGIMES[name]
+    if plan is None:
+        return
+    regime = as_plan(plan).regime
+    if dtype == torch.float64 and regime != "multi_cta":
+        pytest.skip("float64 runs only the multi_cta plan")
+    if regime in ("cluster", "stream") and not has_clusters():
+        pytest.skip("thread block clusters need sm_90+")
+
+
+def run_ops(ops, x, weight, bias, eps, plan):
+    if plan is None:
+        return ops.forward(x, weight, bias, eps)
+    return ops.forward_with_plan(x, weight, bias, eps, as_plan(plan).fields())
+
+
+
+
+# Inputs nn.InstanceNorm2d rejects, by name: (channels, device) -> tensor. The dtype errors raise
+# NotImplementedError subclasses in some PyTorch versions, so those compare by isinstance.
+BAD_INPUTS = {
+    "2d": lambda c, device: torch.randn(c, 5, device=device),
+    "5d": lambda c, device: torch.randn(2, c, 3, 3, 3, device=device),
+    "1x1": lambda c, device: torch.randn(2, c, 1, 1, device=device),
+    "1x1_unbatched": lambda c, device: torch.randn(c, 1, 1, device=device),
+    "int64": lambda c, device: torch.randint(-5, 5, (2, c, 3, 3), device=device),
+    "bool": lambda c, device: torch.randint(0, 2, (2, c, 3, 3), device=device).bool(),
+    "wrong_c_affine": lambda c, device: torch.randn(2, c + 1, 4, 4, device=device),
+}
+DTYPE_ERRORS = {"int64", "bool"}
+# wrong C without affine only warns
+BAD_CASES = [(name, affine) for name in sorted(BAD_INPUTS) for affine in (False, True)
+             if affine or name != "wrong_c_affine"]
+BAD_CASE_IDS = [f"{n}-{'affine' if a else 'plain'}" for n, a in BAD_CASES]

@@ -19,6 +19,8 @@ import pytest
 import torch
 import torch.nn as nn
 
+from conftest import BAD_CASE_IDS, BAD_CASES, BAD_INPUTS, DTYPE_ERRORS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -204,17 +206,6 @@ def test_cpu_state_dict_both_ways(inorm, rng, affine, track):
 
 # --------------------------------------------------------------------------- errors
 
-BAD_INPUTS = {
-    "2d": lambda c: torch.randn(c, 5),
-    "5d": lambda c: torch.randn(2, c, 3, 3, 3),
-    "1x1": lambda c: torch.randn(2, c, 1, 1),
-    "1x1_unbatched": lambda c: torch.randn(c, 1, 1),
-    "int64": lambda c: torch.randint(-5, 5, (2, c, 3, 3)),
-    "bool": lambda c: torch.randint(0, 2, (2, c, 3, 3)).bool(),
-    "wrong_c_affine": lambda c: torch.randn(2, c + 1, 4, 4),
-}
-DTYPE_ERRORS = {"int64", "bool"}
-
 
 def check_same_error(ours_module, eager_module, x, name):
     expected = raised(lambda: eager_module(x))
@@ -228,15 +219,11 @@ def check_same_error(ours_module, eager_module, x, name):
     assert ok, f"{name}: ModelNew raised {type(got).__name__}({got}), eager raised {type(expected).__name__}"
 
 
-BAD_CASES = [(name, affine) for name in sorted(BAD_INPUTS) for affine in (False, True)
-             if affine or name != "wrong_c_affine"]  # wrong C without affine only warns
-
-
-@pytest.mark.parametrize("name,affine", BAD_CASES, ids=[f"{n}-{'affine' if a else 'plain'}" for n, a in BAD_CASES])
+@pytest.mark.parametrize("name,affine", BAD_CASES, ids=BAD_CASE_IDS)
 def test_cpu_bad_inputs_raise_like_eager(inorm, rng, name, affine):
     c = rng.randint(1, 6)
     ours, eager = make_pair(inorm, c, rng, affine=affine)
-    check_same_error(ours, eager, BAD_INPUTS[name](c), name)
+    check_same_error(ours, eager, BAD_INPUTS[name](c, "cpu"), name)
 
 
 def test_cpu_wrong_channels_without_affine_warns_like_eager(inorm, rng):
