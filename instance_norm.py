@@ -2595,7 +2595,8 @@ class Plan(NamedTuple):
         return [_REGIMES.index(self.regime), self.vectors, self.threads, self.cluster, self.stages]
 
     def __str__(self):
-        return load_extension().describe_plan(self.fields())
+        # The C++ host formats plans (one place for the rule); without the extension, the tuple.
+        return _ops.describe_plan(self.fields()) if _ops is not None else repr(self)
 
 
 def candidate_plans(x, backward=False, tight=False):

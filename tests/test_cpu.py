@@ -109,12 +109,14 @@ def test_import_without_gpu_builds_nothing(tmp_path):
         "import torch, instance_norm\n"
         "print('CUDA', torch.cuda.is_available())\n"
         "print('KERNELS', instance_norm.cuda_kernels_available())\n"
+        "print('PLAN', instance_norm.Plan.stream(16, 3))\n"
     )
     # A generous limit that still rules out a build hiding behind the import.
     result = run_python(code, env, cwd=str(workdir), timeout=120)
     assert result.returncode == 0, result.stderr
     assert "CUDA False" in result.stdout, result.stdout
     assert "KERNELS False" in result.stdout, result.stdout
+    assert "PLAN Plan(regime='stream'" in result.stdout, result.stdout  # formatting a plan builds nothing
     assert not marker.exists(), "importing instance_norm without a GPU called nvcc"
     assert list(ext_dir.iterdir()) == [], "importing instance_norm wrote build output"
     assert list(workdir.iterdir()) == [], "importing instance_norm wrote into the cwd"
