@@ -57,8 +57,12 @@ each design are in benchmarks/NOTES.md.
 
 import hashlib
 import inspect
+import operator
 import os
+import sys
+import types
 import warnings
+from collections.abc import Hashable
 from typing import NamedTuple
 
 import torch
@@ -99,6 +103,10 @@ enum class Direction : int { kForward, kBackward };
 // Where an instance's mean and variance come from: its own elements (training, or no running
 // statistics), or the per-channel running statistics (eval).
 enum class Source : int { kInstance, kRunning };
+// The forward's epilogue: y = act(x_hat * weight + bias) (+ residual). The backward recomputes the
+// pre-activation from x and the statistics. Codes are the ops' `int act` and Python's ACTIVATIONS.
+enum class Activation : int { kIdentity = 0, kRelu = 1, kLeakyRelu = 2, kSilu = 3, kGelu = 4, kGeluTanh = 5 };
+inline constexpr int kActivations = 6;
 
 // A plan says which kernel family serves a call and with what shape; the regime says which of the
 // other fields mean something (the rest are 0). Field order everywhere (C++, the op schema's
@@ -146,7 +154,15 @@ struct Problem {
   int64_t instance_size;
   int64_t channels;
   double eps;
+  const void* residual;  // forward: added to the output (null: none)
+  Activation act;
+  double slope;  // leaky_relu's negative slope
 };
+
+// The kernels of a problem: with an epilogue (an activation or a residual) or the plain ones.
+inline bool has_epilogue(const Problem& pr) {
+  return pr.act != Activation::kIdentity || (pr.direction == Direction::kForward && pr.residual != nullptr);
+}
 
 // Grid, block and dynamic shared memory the host chose for an on-chip or stream plan.
 struct Launch {
@@ -174,7 +190,7 @@ inline cudaLaunchConfig_t cluster_config(unsigned grid, int block, int smem, int
 }
 
 // Defined in the kernel translation unit.
-const void* kernel_for(DType dtype, Direction direction, const Plan& plan);  // null: no such kernel
+const void* kernel_for(DType dtype, Direction direction, bool epilogue, const Plan& plan);  // null: none
 int64_t chunks_per_instance(DType dtype, int64_t instance_size);             // multi_cta chunks
 int64_t chunk_workspace_bytes(const Problem& problem);                       // multi_cta partials
 cudaError_t launch_plan(const Plan& plan, const Problem& problem, const Launch& launch, void* workspace,
@@ -559,6 +575,120 @@ __device__ __forceinline__ void wait_async_copies() { asm volatile("cp.async.wai
 // and takes an epilogue functor applied to the forward's output.
 // =====================================================================================
 
+
+// =====================================================================================
+// Epilogues. An Op's Epi says which kernels it gets: Identity (the plain norm, whose kernels carry
+// no epilogue code at all) or Activated (an activation chosen at run time and an optional residual).
+// The activation is dispatched once per store loop or partial sweep, not per element: each
+// activation gets its own copy of that loop, the rest of the kernel is shared.
+// =====================================================================================
+struct Identity {
+  static constexpr bool kActive = false;
+};
+struct Activated {
+  static constexpr bool kActive = true;
+};
+
+// Every activation is z * gate(z) from one of three families, so that the kernels carry three copies
+// of an element loop, not one per activation (that was 5x the build time):
+//   kLinear   gate = z > 0 ? 1 : s        identity s = 1, relu s = 0, leaky_relu s = slope
+//   kSigmoid  gate = sigmoid(a z + b z^3) silu (a = 1, b = 0) and gelu's tanh form, since
+//                                         (1 + tanh(u)) / 2 = sigmoid(2u)
+//   kErf      gate = Phi(z)               gelu, (1 + erf(z / sqrt 2)) / 2
+// PyTorch's conventions hold: relu keeps NaN and maps -inf to 0; relu's derivative is 0 at 0
+// (threshold_backward on the output) and leaky_relu's is the slope at 0.
+enum class Family : int { kLinear, kSigmoid, kErf, kNone };  // kNone: the Identity kernels, no code
+
+template <typename acc_t> struct ActArgs {
+  Family family;
+  acc_t s, a, b;
+};
+
+template <Family F> struct FamilyTag {
+  static constexpr Family kFamily = F;
+};
+
+template <typename acc_t, typename Fn>
+__device__ __forceinline__ void with_family(const ActArgs<acc_t>& act, Fn&& f) {
+  switch (act.family) {
+    case Family::kSigmoid: f(FamilyTag<Family::kSigmoid>{}); break;
+    case Family::kErf: f(FamilyTag<Family::kErf>{}); break;
+    default: f(FamilyTag<Family::kLinear>{}); break;
+  }
+}
+
+// float32 gates use the hardware exp2 and reciprocal (a few ulp; an exact expf and an IEEE division
+// per element tripled the build time of the epilogue kernels); float64 stays exact.
+__device__ __forceinline__ float math_exp(float v) { return __expf(v); }
+__device__ __forceinline__ double math_exp(double v) { return exp(v); }
+__device__ __forceinline__ float math_rcp(float v) { return __fdividef(1.0f, v); }
+__device__ __forceinline__ double math_rcp(double v) { return 1.0 / v; }
+__device__ __forceinline__ float math_erf(float v) { return erff(v); }
+__device__ __forceinline__ double math_erf(double v) { return erf(v); }
+
+constexpr double kSqrtHalf = 0.70710678118654752440;    // 1 / sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // 1 / sqrt(2 pi)
+
+template <Family F, typename acc_t>
+__device__ __forceinline__ acc_t activate(acc_t z, const ActArgs<acc_t>& act) {
+  if constexpr (F == Family::kNone) {
+    return z;
+  } else if constexpr (F == Family::kLinear) {
+    if (z > acc_t(0)) return z;
+    return (z <= acc_t(0) && act.s == acc_t(0)) ? acc_t(0) : z * act.s;  // -inf -> 0 and NaN -> NaN for relu
+  } else if constexpr (F == Family::kSigmoid) {
+    return z * math_rcp(acc_t(1) + math_exp(-z * (act.a + act.b * z * z)));
+  } else {
+    static_assert(F == Family::kErf);
+    return acc_t(0.5) * z * (acc_t(1) + math_erf(z * acc_t(kSqrtHalf)));
+  }
+}
+
+template <Family F, typename acc_t>
+__device__ __forceinline__ acc_t activation_slope(acc_t z, const ActArgs<acc_t>& act) {  // d act(z) / dz
+  if constexpr (F == Family::kNone) {
+    return acc_t(1);
+  } else if constexpr (F == Family::kLinear) {
+    return z > acc_t(0) ? acc_t(1) : act.s;
+  } else if constexpr (F == Family::kSigmoid) {
+    const acc_t z2 = z * z;
+    const acc_t gate = math_rcp(acc_t(1) + math_exp(-z * (act.a + act.b * z2)));
+    return gate + z * gate * (acc_t(1) - gate) * (act.a + acc_t(3) * act.b * z2);
+  } else {
+    const acc_t cdf = acc_t(0.5) * (acc_t(1) + math_erf(z * acc_t(kSqrtHalf)));
+    return cdf + z * acc_t(kInvSqrt2Pi) * math_exp(acc_t(-0.5) * z * z);
+  }
+}
+
+// The scalar (boundary) paths switch per element: few elements.
+template <typename acc_t>
+__device__ __forceinline__ acc_t activate(acc_t z, const ActArgs<acc_t>& act) {
+  acc_t out = z;
+  with_family(act, [&](auto tag) { out = activate<decltype(tag)::kFamily>(z, act); });
+  return out;
+}
+template <typename acc_t>
+__device__ __forceinline__ acc_t activation_slope(acc_t z, const ActArgs<acc_t>& act) {
+  acc_t out = acc_t(1);
+  with_family(act, [&](auto tag) { out = activation_slope<decltype(tag)::kFamily>(z, act); });
+  return out;
+}
+
+// The kernels' form of an activation code.
+template <typename acc_t>
+ActArgs<acc_t> act_args(Activation act, double slope) {
+  constexpr double kTanhGate = 2 * 0.79788456080286535588;  // 2 sqrt(2 / pi)
+  switch (act) {
+    case Activation::kRelu: return {Family::kLinear, acc_t(0), acc_t(0), acc_t(0)};
+    case Activation::kLeakyRelu: return {Family::kLinear, static_cast<acc_t>(slope), acc_t(0), acc_t(0)};
+    case Activation::kSilu: return {Family::kSigmoid, acc_t(0), acc_t(1), acc_t(0)};
+    case Activation::kGelu: return {Family::kErf, acc_t(0), acc_t(0), acc_t(0)};
+    case Activation::kGeluTanh:
+      return {Family::kSigmoid, acc_t(0), static_cast<acc_t>(kTanhGate), static_cast<acc_t>(kTanhGate * 0.044715)};
+    default: return {Family::kLinear, acc_t(1), acc_t(0), acc_t(0)};
+  }
+}
+
 template <typename T> struct Params {
   using acc_t = typename Elem<T>::acc;
   const T* x;
@@ -571,11 +701,8 @@ template <typename T> struct Params {
   int64_t instance_size;
   int64_t channels;
   acc_t eps;
-};
-
-// Epilogue functors: the output element is Epi::apply(normalized * weight + bias).
-struct Identity {
-  template <typename acc_t> __device__ static acc_t apply(acc_t v) { return v; }
+  const T* residual;  // forward epilogue: added to the output (null: none)
+  ActArgs<acc_t> act;
 };
 
 // Corrected two-sweep statistics of the whole vectors a thread holds.
@@ -637,10 +764,12 @@ __device__ __forceinline__ Stats<typename Elem<T>::acc> boundary_stats(const T* 
   return {mean0 + d / n, m2 > acc_t(0) ? m2 : acc_t(0), n};
 }
 
-// The forward: statistics of x, then y = Epi(((x - mean) * rstd) * weight + bias).
+// The forward: statistics of x, then y = act(((x - mean) * rstd) * weight + bias) (+ residual).
 template <typename T_, class Epi, Source kSource>
 struct Forward {
   using T = T_;
+  using Epilogue = Epi;
+  static constexpr bool kResidual = Epi::kActive;  // the forward may add a residual
   using acc_t = typename Elem<T>::acc;
   using Partial = Stats<acc_t>;
   struct Known {};
@@ -676,8 +805,9 @@ struct Forward {
       return coef_from(p, instance, total.mean, rstd_of(p, total));
     }
   }
-  __device__ static acc_t apply(const Coef& c, const acc_t (&v)[kInputs]) {
-    return Epi::apply((v[0] - c.mean) * c.scale + c.shift);
+  template <Family F>
+  __device__ static acc_t apply(const Coef& c, const acc_t (&v)[kInputs], const ActArgs<acc_t>& act) {
+    return activate<F>((v[0] - c.mean) * c.scale + c.shift, act);
   }
   __device__ static void publish(const Params<T>& p, int64_t instance, const Partial& total, const Known&) {
     p.stats[instance] = total.mean;
@@ -694,21 +824,34 @@ struct Forward {
   }
 };
 
-// The backward: with x^ = (x - mean) * rstd and the instance's sums A = sum(dy), B = sum(dy * x^),
-// dx = w * rstd * (dy - A / M - x^ * B / M); A and B go out for dweight and dbias. From running
-// statistics the mean and rstd are constants and dx = w * rstd * dy.
+// The backward: with x^ = (x - mean) * rstd, the pre-activation z = x^ * w + b recomputed from x,
+// g = dy * act'(z) and the instance's sums A = sum(g), B = sum(g * x^),
+// dx = w * rstd * (g - A / M - x^ * B / M); A and B go out for dweight and dbias. From running
+// statistics the mean and rstd are constants and dx = w * rstd * g. Without an activation g = dy
+// (the Identity kernels compute nothing of z).
 template <typename T_, class Epi, Source kSource>
 struct Backward {
-  static_assert(std::is_same<Epi, Identity>::value, "the backward of an epilogue is not written yet");
   using T = T_;
+  using Epilogue = Epi;
+  static constexpr bool kResidual = false;  // the residual's gradient is dy itself
   using acc_t = typename Elem<T>::acc;
   using Partial = Sums<acc_t>;
   struct Known {
     acc_t mean, rstd;
+    acc_t scale, shift;  // z = (x - mean) * scale + shift
+    ActArgs<acc_t> act;
   };
-  struct Coef {  // dx = c1 * dy + c2 + c3 * (x - mean)
-    acc_t mean, c1, c2, c3;
+  struct Coef {  // dx = c1 * g + c2 + c3 * (x - mean)
+    acc_t mean, c1, c2, c3, shift;
   };
+  template <Family F>
+  __device__ static acc_t gradient(acc_t dy, acc_t x, acc_t mean, acc_t scale, acc_t shift, const ActArgs<acc_t>& act) {
+    if constexpr (F == Family::kNone) {
+      return dy;
+    } else {
+      return dy * activation_slope<F>((x - mean) * scale + shift, act);
+    }
+  }
   static constexpr int kInputs = 2;  // x, dy
   static constexpr bool kRunAhead = false;
   static constexpr bool kPartials = true;
@@ -717,17 +860,21 @@ struct Backward {
 
   __device__ static const T* input(const Params<T>& p, int t) { return t == 0 ? p.x : p.dy; }
   __device__ static Known known(const Params<T>& p, int64_t instance) {
+    const int64_t channel = instance % p.channels;
+    acc_t mean, rstd;
     if constexpr (kSource == Source::kRunning) {
-      const int64_t channel = instance % p.channels;
       const acc_t var = channel_value(p.running_var, channel, acc_t(1));
-      return {channel_value(p.running_mean, channel, acc_t(0)), rsqrt(var + p.eps)};
+      mean = channel_value(p.running_mean, channel, acc_t(0));
+      rstd = rsqrt(var + p.eps);
     } else {
-      return {p.stats[instance], p.stats[p.num_instances + instance]};
+      mean = p.stats[instance];
+      rstd = p.stats[p.num_instances + instance];
     }
+    return {mean, rstd, channel_value(p.weight, channel, acc_t(1)) * rstd, channel_value(p.bias, channel, acc_t(0)),
+            p.act};
   }
-  template <int K, class Held>
-  __device__ static Partial thread_partial(const Held& held, int first, int stride, int lo, int hi,
-                                           const Known& known) {
+  template <Family F, int K, class Held>
+  __device__ static Partial sums_as(const Held& held, int first, int stride, int lo, int hi, const Known& known) {
     constexpr int kVec = Elem<T>::kVec;
     Partial s{};
 #pragma unroll
@@ -736,39 +883,57 @@ struct Backward {
       if (whole(e, kVec, lo, hi)) {
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          const acc_t g = Elem<T>::get(held[1][k], j);
+          const acc_t x = Elem<T>::get(held[0][k], j);
+          const acc_t g = gradient<F>(Elem<T>::get(held[1][k], j), x, known.mean, known.scale, known.shift, known.act);
           s.a += g;
-          s.b += g * (Elem<T>::get(held[0][k], j) - known.mean);
+          s.b += g * (x - known.mean);
         }
       }
     }
     return s;
+  }
+  template <int K, class Held>
+  __device__ static Partial thread_partial(const Held& held, int first, int stride, int lo, int hi,
+                                           const Known& known) {
+    if constexpr (Epi::kActive) {
+      Partial s{};
+      with_family(known.act, [&](auto tag) {
+        s = sums_as<decltype(tag)::kFamily, K>(held, first, stride, lo, hi, known);
+      });
+      return s;
+    } else {
+      return sums_as<Family::kNone, K>(held, first, stride, lo, hi, known);
+    }
   }
   __device__ static Partial boundary_partial(const Params<T>& p, int64_t base, Boundary b, const Known& known) {
     Partial s{};
 #pragma unroll 1
     for (int i = 0; i < b.count(); ++i) {
       const int64_t at = base + b.at(i);
-      const acc_t g = scalar_at(p.dy, at);
+      const acc_t x = scalar_at(p.x, at);
+      acc_t g = scalar_at(p.dy, at);
+      if constexpr (Epi::kActive) g *= activation_slope((x - known.mean) * known.scale + known.shift, known.act);
       s.a += g;
-      s.b += g * (scalar_at(p.x, at) - known.mean);
+      s.b += g * (x - known.mean);
     }
     return s;
   }
-  __device__ static Coef coef(const Params<T>& p, int64_t instance, const Partial& total, const Known& known) {
-    const acc_t c1 = channel_value(p.weight, instance % p.channels, acc_t(1)) * known.rstd;
+  __device__ static Coef coef(const Params<T>& p, int64_t, const Partial& total, const Known& known) {
+    const acc_t c1 = known.scale;  // w * rstd
     if constexpr (kSource == Source::kRunning) {
-      return {known.mean, c1, acc_t(0), acc_t(0)};
+      return {known.mean, c1, acc_t(0), acc_t(0), known.shift};
     } else {
       const acc_t inv_m = acc_t(1) / static_cast<acc_t>(p.instance_size);
-      return {known.mean, c1, -c1 * total.a * inv_m, -c1 * known.rstd * known.rstd * total.b * inv_m};
+      return {known.mean, c1, -c1 * total.a * inv_m, -c1 * known.rstd * known.rstd * total.b * inv_m, known.shift};
     }
   }
-  __device__ static acc_t apply(const Coef& c, const acc_t (&v)[kInputs]) {
+  template <Family F>
+  __device__ static acc_t apply(const Coef& c, const acc_t (&v)[kInputs], const ActArgs<acc_t>& act) {
+    const acc_t g = gradient<F>(v[1], v[0], c.mean, c.c1, c.shift, act);
     if constexpr (kSource == Source::kRunning) {
-      return c.c1 * v[1];  // x does not enter: an inf in x must not turn dx into NaN
+      return c.c1 * g;  // without an activation x does not enter: an inf in x must not turn dx into NaN
     } else {
-      return c.c1 * v[1] + c.c2 + c.c3 * (v[0] - c.mean);
+      return c.c1 * g + c.c2 + c.c3 * (v[0] - c.mean);
     }
   }
   __device__ static void publish(const Params<T>& p, int64_t instance, const Partial& total, const Known& known) {
@@ -782,11 +947,32 @@ struct Backward {
   }
 };
 
+// Calls f with the activation tag of the Op's element map: the problem's activation, or none.
+template <class Op, typename F>
+__device__ __forceinline__ void with_op_activation(const Params<typename Op::T>& p, F&& f) {
+  if constexpr (Op::Epilogue::kActive) {
+    with_family(p.act, f);
+  } else {
+    f(FamilyTag<Family::kNone>{});
+  }
+}
+
+// The residual at element `offset` of the tensors (null when the Op adds none).
+template <class Op>
+__device__ __forceinline__ const typename Op::T* residual_at(const Params<typename Op::T>& p, int64_t offset) {
+  if constexpr (Op::kResidual) {
+    return p.residual != nullptr ? p.residual + offset : nullptr;
+  } else {
+    return nullptr;
+  }
+}
+
 // The element map over a thread's whole vectors: global stores (streaming), or into a shared-memory
-// slice that the copy engine writes out.
-template <class Op, int K, bool kToShared, class Held>
-__device__ __forceinline__ void store_whole(const Held& held, typename Op::T* base, int first, int stride, int lo,
-                                            int hi, const typename Op::Coef& c) {
+// slice that the copy engine writes out. `residual`, when not null, lies like the global output.
+template <class Op, Family F, int K, bool kToShared, class Held>
+__device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T* base, const typename Op::T* residual,
+                                               int first, int stride, int lo, int hi, const typename Op::Coef& c,
+                                               const ActArgs<typename Op::acc_t>& act) {
   using T = typename Op::T;
   using acc_t = typename Op::acc_t;
   constexpr int kVec = Elem<T>::kVec;
@@ -800,7 +986,14 @@ __device__ __forceinline__ void store_whole(const Held& held, typename Op::T* ba
         acc_t v[Op::kInputs];
 #pragma unroll
         for (int t = 0; t < Op::kInputs; ++t) v[t] = Elem<T>::get(held[t][k], j);
-        out[j] = Op::apply(c, v);
+        out[j] = Op::template apply<F>(c, v, act);
+      }
+      if constexpr (Op::kResidual) {
+        if (residual != nullptr) {
+          const uint4 r = __ldcs(reinterpret_cast<const uint4*>(residual + e));
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) out[j] += Elem<T>::get(r, j);
+        }
       }
       uint4* dst = reinterpret_cast<uint4*>(base + e);
       if constexpr (kToShared) {
@@ -812,19 +1005,33 @@ __device__ __forceinline__ void store_whole(const Held& held, typename Op::T* ba
   }
 }
 
+template <class Op, int K, bool kToShared, class Held>
+__device__ __forceinline__ void store_whole(const Params<typename Op::T>& p, const Held& held, typename Op::T* base,
+                                            const typename Op::T* residual, int first, int stride, int lo, int hi,
+                                            const typename Op::Coef& c) {
+  with_op_activation<Op>(p, [&](auto tag) {
+    store_whole_as<Op, decltype(tag)::kFamily, K, kToShared>(held, base, residual, first, stride, lo, hi, c, p.act);
+  });
+}
+
 template <class Op>
 __device__ __forceinline__ void store_boundary(const Params<typename Op::T>& p, int64_t base, Boundary b,
                                                const typename Op::Coef& c) {
   using T = typename Op::T;
   using acc_t = typename Op::acc_t;
+  const T* residual = residual_at<Op>(p, 0);
+  with_op_activation<Op>(p, [&](auto tag) {
 #pragma unroll 1
-  for (int i = 0; i < b.count(); ++i) {
-    const int64_t at = base + b.at(i);
-    acc_t v[Op::kInputs];
+    for (int i = 0; i < b.count(); ++i) {
+      const int64_t at = base + b.at(i);
+      acc_t v[Op::kInputs];
 #pragma unroll
-    for (int t = 0; t < Op::kInputs; ++t) v[t] = scalar_at(Op::input(p, t), at);
-    p.out[at] = Elem<T>::from_acc(Op::apply(c, v));
-  }
+      for (int t = 0; t < Op::kInputs; ++t) v[t] = scalar_at(Op::input(p, t), at);
+      acc_t out = Op::template apply<decltype(tag)::kFamily>(c, v, p.act);
+      if (residual != nullptr) out += scalar_at(residual, at);
+      p.out[at] = Elem<T>::from_acc(out);
+    }
+  });
 }
 
 // =====================================================================================
@@ -881,7 +1088,7 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
   s = instance_reduce(s, warp_partials, &cta_partial, G, group, cluster_size);
 
   const typename Op::Coef c = Op::coef(p, safe, s, known);
-  store_whole<Op, K, false>(held, p.out + start, first, stride, 0, hi, c);
+  store_whole<Op, K, false>(p, held, p.out + start, residual_at<Op>(p, start), first, stride, 0, hi, c);
   if (owns_boundary) {
     store_boundary<Op>(p, start, boundary, c);
     Op::publish(p, instance, s, known);
@@ -959,8 +1166,8 @@ chunk_partials_kernel(Params<typename Op::T> p, typename Op::Partial* partials, 
       const Partial q = Op::template thread_partial<KP>(held, first, span.stride, span.lo, span.hi, known);
       s = piece == 0 ? q : combine(s, q);
       if constexpr (Op::kCoefKnown) {
-        store_whole<Op, KP, false>(held, p.out + span.offset, first, span.stride, span.lo, span.hi,
-                                   Op::coef(p, instance, Partial{}, known));
+        store_whole<Op, KP, false>(p, held, p.out + span.offset, residual_at<Op>(p, span.offset), first, span.stride,
+                                   span.lo, span.hi, Op::coef(p, instance, Partial{}, known));
       }
     }
     if (chunk == 0 && threadIdx.x == 0) {
@@ -1005,7 +1212,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_apply_kernel(Params<typen
       for (int t = 0; t < Op::kInputs; ++t) {
         load_whole_vectors<T, KP>(held[t], Op::input(p, t) + span.offset, first, span.stride, span.lo, span.hi);
       }
-      store_whole<Op, KP, false>(held, p.out + span.offset, first, span.stride, span.lo, span.hi, c);
+      store_whole<Op, KP, false>(p, held, p.out + span.offset, residual_at<Op>(p, span.offset), first, span.stride,
+                                 span.lo, span.hi, c);
     }
     if (chunk == 0 && threadIdx.x == 0) {
       store_boundary<Op>(p, Addr::base(instance, p.instance_size), instance_boundary<T, Addr>(p.instance_size, instance), c);
@@ -1307,7 +1515,8 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
       // The output goes into the buffer just taken (or, after the last take, one whose store has
       // been read: thread 0 waited for that before the previous iteration's barrier).
       uint4* out = pipe.slice(static_cast<int>((it + 1) % stages), 0);
-      store_whole<Op, V, true>(held, reinterpret_cast<T*>(out), first, stride, 0, g.count, c);
+      store_whole<Op, V, true>(p, held, reinterpret_cast<T*>(out), residual_at<Op>(p, slice_offset(instance)), first,
+                               stride, 0, g.count, c);
       async_proxy_fence();  // the bulk store reads what this thread wrote
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -1326,7 +1535,8 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
       const Partial total = exchange.receive(it, g);
       const int64_t instance = instance_of(it);
       const typename Op::Coef c = Op::coef(p, instance, total, known);
-      store_whole<Op, V, false>(held, p.out + slice_offset(instance), first, stride, 0, g.count, c);
+      store_whole<Op, V, false>(p, held, p.out + slice_offset(instance), residual_at<Op>(p, slice_offset(instance)),
+                                first, stride, 0, g.count, c);
       if (g.rank == 0 && threadIdx.x == 0) Op::publish(p, instance, total, known);
     }
   }
@@ -1417,21 +1627,26 @@ Params<T> params_of(const Problem& pr) {
   p.instance_size = pr.instance_size;
   p.channels = pr.channels;
   p.eps = static_cast<acc_t>(pr.eps);
+  p.residual = static_cast<const T*>(pr.residual);
+  p.act = act_args<acc_t>(pr.act, pr.slope);
   return p;
 }
 
-// Calls f with a value-initialized Op for the problem's dtype, direction and statistics source.
+// Calls f with a value-initialized Op for the problem's dtype, direction, statistics source and
+// epilogue (Activated: an activation or a residual).
 template <typename F>
-auto with_op(DType dtype, Direction direction, Source source, F&& f) {
-  auto by_source = [&](auto tag) {
+auto with_op(DType dtype, Direction direction, Source source, bool epilogue, F&& f) {
+  auto by_epilogue = [&](auto tag, auto epi) {
     using T = decltype(tag);
+    using Epi = decltype(epi);
     if (direction == Direction::kForward) {
-      return source == Source::kInstance ? f(Forward<T, Identity, Source::kInstance>{})
-                                         : f(Forward<T, Identity, Source::kRunning>{});
+      return source == Source::kInstance ? f(Forward<T, Epi, Source::kInstance>{})
+                                         : f(Forward<T, Epi, Source::kRunning>{});
     }
-    return source == Source::kInstance ? f(Backward<T, Identity, Source::kInstance>{})
-                                       : f(Backward<T, Identity, Source::kRunning>{});
+    return source == Source::kInstance ? f(Backward<T, Epi, Source::kInstance>{})
+                                       : f(Backward<T, Epi, Source::kRunning>{});
   };
+  auto by_source = [&](auto tag) { return epilogue ? by_epilogue(tag, Activated{}) : by_epilogue(tag, Identity{}); };
   switch (dtype) {
     case DType::kHalf: return by_source(F16{});
     case DType::kBFloat16: return by_source(BF16{});
@@ -1524,19 +1739,19 @@ unsigned channel_grid(int64_t channels) {
 
 }  // namespace
 
-const void* kernel_for(DType dtype, Direction direction, const Plan& plan) {
-  return with_op(dtype, direction, Source::kInstance,
+const void* kernel_for(DType dtype, Direction direction, bool epilogue, const Plan& plan) {
+  return with_op(dtype, direction, Source::kInstance, epilogue,
                  [&](auto op) { return typed_kernel_for<decltype(op)>(plan); });
 }
 
 int64_t chunks_per_instance(DType dtype, int64_t instance_size) {
-  return with_op(dtype, Direction::kForward, Source::kInstance, [&](auto op) {
+  return with_op(dtype, Direction::kForward, Source::kInstance, false, [&](auto op) {
     return typed_chunks_per_instance<typename decltype(op)::T>(instance_size);
   });
 }
 
 int64_t chunk_workspace_bytes(const Problem& pr) {
-  return with_op(pr.dtype, pr.direction, pr.source, [&](auto op) -> int64_t {
+  return with_op(pr.dtype, pr.direction, pr.source, has_epilogue(pr), [&](auto op) -> int64_t {
     using Op = decltype(op);
     if (!Op::kPartials) return 0;
     return pr.num_instances * typed_chunks_per_instance<typename Op::T>(pr.instance_size) *
@@ -1546,7 +1761,7 @@ int64_t chunk_workspace_bytes(const Problem& pr) {
 
 cudaError_t launch_plan(const Plan& plan, const Problem& problem, const Launch& launch, void* workspace,
                         cudaStream_t stream) {
-  return with_op(problem.dtype, problem.direction, problem.source,
+  return with_op(problem.dtype, problem.direction, problem.source, has_epilogue(problem),
                  [&](auto op) { return launch_typed<decltype(op)>(plan, problem, launch, workspace, stream); });
 }
 
@@ -1634,7 +1849,7 @@ DeviceInfo device_info() {
   // Kernels built for an older architecture (a TORCH_CUDA_ARCH_LIST without this GPU, run through
   // PTX) have no cluster code: they must not be given cluster or stream plans.
   cudaFuncAttributes attributes;
-  const cudaError_t status = cudaFuncGetAttributes(&attributes, kernel_for(DType::kFloat, Direction::kForward, Plan::onchip(2, kWarpSize)));
+  const cudaError_t status = cudaFuncGetAttributes(&attributes, kernel_for(DType::kFloat, Direction::kForward, false, Plan::onchip(2, kWarpSize)));
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     IN_CHECK(false, "instance_norm: the extension has no kernels for this GPU (", cudaGetErrorString(status),
@@ -1802,7 +2017,7 @@ std::string refusal(DType dtype, Direction direction, const Plan& plan, int64_t 
   if (!why.empty() || plan.regime == Regime::kMultiCta) return why;
   const int vec = vector_width(dtype);
   const std::string too_big = describe(plan) + " cannot hold an instance of " + std::to_string(instance_size) + " elements";
-  const void* kernel = kernel_for(dtype, direction, plan);
+  const void* kernel = kernel_for(dtype, direction, false, plan);
   if (plan.regime == Regime::kStream) {
     if (instance_size % vec != 0) return "a stream plan needs H*W times the element size to be a multiple of 16 bytes";
     const int64_t slice = stream_slice_vectors(instance_size, vec, plan.cluster);
@@ -1952,7 +2167,7 @@ void run(const Plan& plan, const Problem& problem) {
     const int64_t slice = stream_slice_vectors(problem.instance_size, vector_width(problem.dtype), plan.cluster);
     const int64_t smem = stream_smem(plan, slice, problem.direction);
     const int resident =
-        resident_units(kernel_for(problem.dtype, problem.direction, plan), plan.cluster, kStreamThreads, smem);
+        resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan), plan.cluster, kStreamThreads, smem);
     launch.slice_vectors = static_cast<int>(slice);
     launch.smem = static_cast<int>(smem);
     launch.block = kStreamThreads;
@@ -1962,7 +2177,7 @@ void run(const Plan& plan, const Problem& problem) {
     launch.block = onchip_block(plan);
     launch.smem = static_cast<int>(onchip_smem(plan, problem.direction));
     // Also grants the kernel its dynamic shared memory (cached after the first call).
-    IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, plan), plan.cluster, launch.block,
+    IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan), plan.cluster, launch.block,
                             launch.smem) > 0,
              "instance_norm: plan ", describe(plan), " cannot run on this device");
     const int groups_per_block = launch.block / plan.threads;
@@ -2050,6 +2265,39 @@ Plan plan_for(const Problem& pr, const std::vector<int64_t>* forced) {
   return plan;
 }
 
+// The epilogue of a call: an activation code and its slope, and the forward's residual.
+struct Epilogue {
+  int64_t act = 0;
+  double slope = 0.0;
+  c10::optional<at::Tensor> residual;
+};
+
+Activation activation_of(int64_t act) {
+  IN_CHECK(act >= 0 && act < kActivations, "instance_norm: act must be an activation code in [0, ",
+           std::to_string(kActivations), "), got ", std::to_string(act));
+  return static_cast<Activation>(act);
+}
+
+// Sets the problem's epilogue; returns the residual as the kernels read it (undefined if none).
+at::Tensor apply_epilogue(Problem& pr, const Epilogue& epi, const at::Tensor& x) {
+  pr.act = activation_of(epi.act);
+  pr.slope = epi.slope;
+  if (!epi.residual.has_value() || !epi.residual->defined()) return at::Tensor();
+  const at::Tensor& r = *epi.residual;
+  auto shape = [](at::IntArrayRef sizes) {
+    std::string text = "(";
+    for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
+    return text + ")";
+  };
+  IN_CHECK(r.sizes() == x.sizes() && r.scalar_type() == x.scalar_type() && r.device() == x.device(),
+           "instance_norm: the residual must have the input's shape, dtype and device: got ", shape(r.sizes()), " ",
+           c10::toString(r.scalar_type()), " on ", r.device().str(), " for an input ", shape(x.sizes()), " ",
+           c10::toString(x.scalar_type()), " on ", x.device().str());
+  at::Tensor residual = aligned_contiguous(r);
+  pr.residual = residual.data_ptr();
+  return residual;
+}
+
 ChannelVector output_vector(at::Tensor& t) {
   return {t.data_ptr(), dtype_of(t.scalar_type()), 1};
 }
@@ -2081,13 +2329,14 @@ std::tuple<at::Tensor, at::Tensor> channel_gradients(const Problem& pr, const c1
 // ---------------------------------------------------------------------------------------------
 std::tuple<at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
                                                 const c10::optional<at::Tensor>& bias, double eps,
-                                                const std::vector<int64_t>* forced) {
+                                                const std::vector<int64_t>* forced, const Epilogue& epi) {
   check_input(input);
   c10::cuda::CUDAGuard guard(input.device());
   at::Tensor x = aligned_contiguous(input);
   at::Tensor y = at::empty(x.sizes(), x.options());
   at::Tensor stats = at::empty({2, x.size(0) * x.size(1)}, x.options().dtype(accumulation_type(x)));
   Problem pr = problem_of(x, y, Direction::kForward, Source::kInstance);
+  const at::Tensor residual = apply_epilogue(pr, epi, x);
   pr.weight = channel_vector(weight, x, "weight");
   pr.bias = channel_vector(bias, x, "bias");
   pr.stats = stats.data_ptr();
@@ -2107,7 +2356,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(const at::Tensor& g
                                                              const c10::optional<at::Tensor>& weight,
                                                              const c10::optional<at::Tensor>& bias,
                                                              const at::Tensor& stats_in,
-                                                             const std::vector<int64_t>* forced) {
+                                                             const std::vector<int64_t>* forced, const Epilogue& epi) {
   check_input(input);
   IN_CHECK(grad_out.sizes() == input.sizes() && grad_out.scalar_type() == input.scalar_type() &&
                grad_out.device() == input.device(),
@@ -2124,6 +2373,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(const at::Tensor& g
   at::Tensor dx = at::empty(x.sizes(), x.options());
   at::Tensor sums = at::empty({2, P}, x.options().dtype(acc));
   Problem pr = problem_of(x, dx, Direction::kBackward, Source::kInstance);
+  apply_epilogue(pr, epi, x);
   pr.dy = dy.data_ptr();
   pr.weight = channel_vector(weight, x, "weight");
   pr.bias = channel_vector(bias, x, "bias");
@@ -2137,29 +2387,38 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(const at::Tensor& g
 
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
                                            const c10::optional<at::Tensor>& bias, double eps) {
-  return forward_impl(x, weight, bias, eps, nullptr);
+  return forward_impl(x, weight, bias, eps, nullptr, Epilogue{});
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_forward(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                                                 const c10::optional<at::Tensor>& bias,
+                                                 const c10::optional<at::Tensor>& residual, double eps, int64_t act,
+                                                 double slope) {
+  return forward_impl(x, weight, bias, eps, nullptr, Epilogue{act, slope, residual});
 }
 
 std::tuple<at::Tensor, at::Tensor> forward_with_plan(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
                                                      const c10::optional<at::Tensor>& bias, double eps,
-                                                     at::IntArrayRef plan) {
+                                                     at::IntArrayRef plan, const c10::optional<at::Tensor>& residual,
+                                                     int64_t act, double slope) {
   const std::vector<int64_t> fields(plan.begin(), plan.end());
-  return forward_impl(x, weight, bias, eps, &fields);
+  return forward_impl(x, weight, bias, eps, &fields, Epilogue{act, slope, residual});
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_out, const at::Tensor& x,
                                                         const c10::optional<at::Tensor>& weight,
-                                                        const c10::optional<at::Tensor>& bias,
-                                                        const at::Tensor& stats) {
-  return backward_impl(grad_out, x, weight, bias, stats, nullptr);
+                                                        const c10::optional<at::Tensor>& bias, const at::Tensor& stats,
+                                                        int64_t act, double slope) {
+  return backward_impl(grad_out, x, weight, bias, stats, nullptr, Epilogue{act, slope, c10::nullopt});
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_with_plan(const at::Tensor& grad_out, const at::Tensor& x,
                                                                   const c10::optional<at::Tensor>& weight,
                                                                   const c10::optional<at::Tensor>& bias,
-                                                                  const at::Tensor& stats, at::IntArrayRef plan) {
+                                                                  const at::Tensor& stats, at::IntArrayRef plan,
+                                                                  int64_t act, double slope) {
   const std::vector<int64_t> fields(plan.begin(), plan.end());
-  return backward_impl(grad_out, x, weight, bias, stats, &fields);
+  return backward_impl(grad_out, x, weight, bias, stats, &fields, Epilogue{act, slope, c10::nullopt});
 }
 
 // Eval mode with running statistics: a per-channel affine map, through the multi_cta family's
@@ -2172,14 +2431,16 @@ void check_running(const at::Tensor& x, const at::Tensor& running_mean, const at
 }
 
 at::Tensor eval_forward(const at::Tensor& input, const at::Tensor& running_mean, const at::Tensor& running_var,
-                        const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps) {
+                        const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps,
+                        const c10::optional<at::Tensor>& residual_in, int64_t act, double slope) {
   check_input(input);
   check_running(input, running_mean, running_var);
   c10::cuda::CUDAGuard guard(input.device());
   at::Tensor x = aligned_contiguous(input);
   at::Tensor y = at::empty(x.sizes(), x.options());
-  if (x.numel() == 0) return y;
   Problem pr = problem_of(x, y, Direction::kForward, Source::kRunning);
+  const at::Tensor residual = apply_epilogue(pr, Epilogue{act, slope, residual_in}, x);
+  if (x.numel() == 0) return y;
   pr.weight = channel_vector(weight, x, "weight");
   pr.bias = channel_vector(bias, x, "bias");
   pr.running_mean = channel_vector(running_mean, x, "running_mean");
@@ -2193,7 +2454,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward(const at::Tensor& g
                                                              const at::Tensor& running_mean,
                                                              const at::Tensor& running_var,
                                                              const c10::optional<at::Tensor>& weight,
-                                                             const c10::optional<at::Tensor>& bias, double eps) {
+                                                             const c10::optional<at::Tensor>& bias, double eps,
+                                                             int64_t act, double slope) {
   check_input(input);
   check_running(input, running_mean, running_var);
   IN_CHECK(grad_out.sizes() == input.sizes() && grad_out.scalar_type() == input.scalar_type() &&
@@ -2205,6 +2467,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward(const at::Tensor& g
   at::Tensor dx = at::empty(x.sizes(), x.options());
   at::Tensor sums = at::empty({2, x.size(0) * x.size(1)}, x.options().dtype(accumulation_type(x)));
   Problem pr = problem_of(x, dx, Direction::kBackward, Source::kRunning);
+  apply_epilogue(pr, Epilogue{act, slope, c10::nullopt}, x);
   pr.dy = dy.data_ptr();
   pr.weight = channel_vector(weight, x, "weight");
   pr.bias = channel_vector(bias, x, "bias");
@@ -2278,45 +2541,55 @@ std::string describe_plan(at::IntArrayRef plan) { return describe(plan_from(plan
 // ---------------------------------------------------------------------------------------------
 at::TensorOptions acc_options(const at::Tensor& x) { return x.options().dtype(accumulation_type(x)); }
 
-std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& x, const c10::optional<at::Tensor>&,
-                                                const c10::optional<at::Tensor>&, double) {
+using OptTensor = c10::optional<at::Tensor>;
+
+std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& x, const OptTensor&, const OptTensor&, double) {
   return {at::empty_symint(x.sym_sizes(), x.options()),
           at::empty_symint({c10::SymInt(2), x.sym_size(0) * x.sym_size(1)}, acc_options(x))};
 }
 
-std::tuple<at::Tensor, at::Tensor> forward_with_plan_meta(const at::Tensor& x, const c10::optional<at::Tensor>& w,
-                                                          const c10::optional<at::Tensor>& b, double eps,
-                                                          at::IntArrayRef) {
+std::tuple<at::Tensor, at::Tensor> fused_forward_meta(const at::Tensor& x, const OptTensor& w, const OptTensor& b,
+                                                      const OptTensor&, double eps, int64_t act, double) {
+  activation_of(act);
   return forward_meta(x, w, b, eps);
 }
 
-at::Tensor gradient_like(const c10::optional<at::Tensor>& param, const at::Tensor& x) {
+std::tuple<at::Tensor, at::Tensor> forward_with_plan_meta(const at::Tensor& x, const OptTensor& w, const OptTensor& b,
+                                                          double eps, at::IntArrayRef, const OptTensor&, int64_t,
+                                                          double) {
+  return forward_meta(x, w, b, eps);
+}
+
+at::Tensor gradient_like(const OptTensor& param, const at::Tensor& x) {
   if (param.has_value() && param->defined()) return at::empty_symint(param->sym_sizes(), param->options());
   return at::empty_symint({c10::SymInt(0)}, acc_options(x));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_meta(const at::Tensor&, const at::Tensor& x,
-                                                             const c10::optional<at::Tensor>& weight,
-                                                             const c10::optional<at::Tensor>& bias, const at::Tensor&) {
+                                                             const OptTensor& weight, const OptTensor& bias,
+                                                             const at::Tensor&, int64_t act, double) {
+  activation_of(act);
   return {at::empty_symint(x.sym_sizes(), x.options()), gradient_like(weight, x), gradient_like(bias, x)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_with_plan_meta(const at::Tensor& dy, const at::Tensor& x,
-                                                                       const c10::optional<at::Tensor>& weight,
-                                                                       const c10::optional<at::Tensor>& bias,
-                                                                       const at::Tensor& stats, at::IntArrayRef) {
-  return backward_meta(dy, x, weight, bias, stats);
+                                                                       const OptTensor& weight, const OptTensor& bias,
+                                                                       const at::Tensor& stats, at::IntArrayRef,
+                                                                       int64_t act, double slope) {
+  return backward_meta(dy, x, weight, bias, stats, act, slope);
 }
 
-at::Tensor eval_forward_meta(const at::Tensor& x, const at::Tensor&, const at::Tensor&,
-                             const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&, double) {
+at::Tensor eval_forward_meta(const at::Tensor& x, const at::Tensor&, const at::Tensor&, const OptTensor&,
+                             const OptTensor&, double, const OptTensor&, int64_t act, double) {
+  activation_of(act);
   return at::empty_symint(x.sym_sizes(), x.options());
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward_meta(const at::Tensor&, const at::Tensor& x,
                                                                   const at::Tensor&, const at::Tensor&,
-                                                                  const c10::optional<at::Tensor>& weight,
-                                                                  const c10::optional<at::Tensor>& bias, double) {
+                                                                  const OptTensor& weight, const OptTensor& bias,
+                                                                  double, int64_t act, double) {
+  activation_of(act);
   return {at::empty_symint(x.sym_sizes(), x.options()), gradient_like(weight, x), gradient_like(bias, x)};
 }
 
@@ -2343,63 +2616,83 @@ struct EvalBackwardCall {
   }
 };
 
-c10::optional<at::Tensor> maybe(const at::Tensor& t) {
-  return t.defined() ? c10::optional<at::Tensor>(t) : c10::nullopt;
-}
+OptTensor maybe(const at::Tensor& t) { return t.defined() ? OptTensor(t) : c10::nullopt; }
+bool present(const OptTensor& t) { return t.has_value() && t->defined(); }
 
 // Autograd numbers only the tensors a Function was given (absent optionals take no edge): the
 // gradients a backward computes, matched to the edges that want them.
 struct Wanted {
   AutogradContext* ctx;
   size_t edge = 0;
-  at::Tensor operator()(const at::Tensor& input, const at::Tensor& grad) {
-    if (!input.defined()) return at::Tensor();
+  at::Tensor operator()(bool given, const at::Tensor& grad) {
+    if (!given) return at::Tensor();
     return ctx->needs_input_grad(edge++) ? grad : at::Tensor();
   }
 };
 
-// Calls the backward ops through the dispatcher, so that their own autograd kernel (which refuses
-// double backward) sees them.
+void save_epilogue(AutogradContext* ctx, double eps, int64_t act, double slope, const OptTensor& residual) {
+  ctx->saved_data["eps"] = eps;
+  ctx->saved_data["act"] = act;
+  ctx->saved_data["slope"] = slope;
+  ctx->saved_data["residual"] = present(residual);
+}
+
+// y = act(norm(x) * w + b) (+ residual). The plain norm calls the `forward` op, so compiled graphs
+// show which one ran; the residual's gradient is dy itself (no copy). The backward ops are called
+// through the dispatcher, so that their own autograd kernel (which refuses double backward) sees them.
 class NormFunction : public torch::autograd::Function<NormFunction> {
  public:
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const c10::optional<at::Tensor>& weight,
-                               const c10::optional<at::Tensor>& bias, double eps) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptTensor& weight, const OptTensor& bias,
+                               const OptTensor& residual, double eps, int64_t act, double slope) {
     at::AutoDispatchBelowADInplaceOrView below;
-    static auto op = op_handle("INSTANCE_NORM_NS::forward").typed<decltype(forward_meta)>();
-    auto [y, stats] = op.call(x, weight, bias, eps);
+    static auto plain = op_handle("INSTANCE_NORM_NS::forward").typed<decltype(forward_meta)>();
+    static auto fused = op_handle("INSTANCE_NORM_NS::fused_forward").typed<decltype(fused_forward_meta)>();
+    auto [y, stats] = act == 0 && !present(residual) ? plain.call(x, weight, bias, eps)
+                                                     : fused.call(x, weight, bias, residual, eps, act, slope);
     ctx->save_for_backward({x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()), stats});
+    save_epilogue(ctx, eps, act, slope, residual);
     ctx->mark_non_differentiable({stats});
     return {y, stats};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    auto [dx, dweight, dbias] = BackwardCall::op().call(grads[0], saved[0], maybe(saved[1]), maybe(saved[2]), saved[3]);
+    auto [dx, dweight, dbias] = BackwardCall::op().call(grads[0], saved[0], maybe(saved[1]), maybe(saved[2]), saved[3],
+                                                        ctx->saved_data["act"].toInt(),
+                                                        ctx->saved_data["slope"].toDouble());
     Wanted wanted{ctx};
-    return {wanted(saved[0], dx), wanted(saved[1], dweight), wanted(saved[2], dbias), at::Tensor()};
+    at::Tensor gx = wanted(true, dx);
+    at::Tensor gw = wanted(saved[1].defined(), dweight);
+    at::Tensor gb = wanted(saved[2].defined(), dbias);
+    at::Tensor gr = wanted(ctx->saved_data["residual"].toBool(), grads[0]);
+    return {gx, gw, gb, gr, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 class EvalFunction : public torch::autograd::Function<EvalFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& running_mean,
-                               const at::Tensor& running_var, const c10::optional<at::Tensor>& weight,
-                               const c10::optional<at::Tensor>& bias, double eps) {
+                               const at::Tensor& running_var, const OptTensor& weight, const OptTensor& bias,
+                               double eps, const OptTensor& residual, int64_t act, double slope) {
     at::AutoDispatchBelowADInplaceOrView below;
     static auto op = op_handle("INSTANCE_NORM_NS::eval_forward").typed<decltype(eval_forward_meta)>();
-    at::Tensor y = op.call(x, running_mean, running_var, weight, bias, eps);
+    at::Tensor y = op.call(x, running_mean, running_var, weight, bias, eps, residual, act, slope);
     ctx->save_for_backward({x, running_mean, running_var, weight.value_or(at::Tensor()), bias.value_or(at::Tensor())});
-    ctx->saved_data["eps"] = eps;
+    save_epilogue(ctx, eps, act, slope, residual);
     return {y};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    auto [dx, dweight, dbias] = EvalBackwardCall::op().call(grads[0], saved[0], saved[1], saved[2], maybe(saved[3]),
-                                                            maybe(saved[4]), ctx->saved_data["eps"].toDouble());
+    auto [dx, dweight, dbias] = EvalBackwardCall::op().call(
+        grads[0], saved[0], saved[1], saved[2], maybe(saved[3]), maybe(saved[4]), ctx->saved_data["eps"].toDouble(),
+        ctx->saved_data["act"].toInt(), ctx->saved_data["slope"].toDouble());
     Wanted wanted{ctx};
-    at::Tensor gx = wanted(saved[0], dx);
-    wanted(saved[1], at::Tensor());  // running statistics: buffers, no gradient
-    wanted(saved[2], at::Tensor());
-    return {gx, at::Tensor(), at::Tensor(), wanted(saved[3], dweight), wanted(saved[4], dbias), at::Tensor()};
+    at::Tensor gx = wanted(true, dx);
+    wanted(true, at::Tensor());  // running statistics: buffers, no gradient
+    wanted(true, at::Tensor());
+    at::Tensor gw = wanted(saved[3].defined(), dweight);
+    at::Tensor gb = wanted(saved[4].defined(), dbias);
+    at::Tensor gr = wanted(ctx->saved_data["residual"].toBool(), grads[0]);
+    return {gx, at::Tensor(), at::Tensor(), gw, gb, at::Tensor(), gr, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -2420,33 +2713,39 @@ class Refusing : public torch::autograd::Function<Refusing<Call>> {
   }
 };
 
-std::tuple<at::Tensor, at::Tensor> forward_autograd(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
-                                                    const c10::optional<at::Tensor>& bias, double eps) {
-  const variable_list out = NormFunction::apply(x, weight, bias, eps);
+std::tuple<at::Tensor, at::Tensor> forward_autograd(const at::Tensor& x, const OptTensor& weight, const OptTensor& bias,
+                                                    double eps) {
+  const variable_list out = NormFunction::apply(x, weight, bias, OptTensor(), eps, int64_t(0), 0.0);
+  return {out[0], out[1]};
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_forward_autograd(const at::Tensor& x, const OptTensor& weight,
+                                                          const OptTensor& bias, const OptTensor& residual, double eps,
+                                                          int64_t act, double slope) {
+  const variable_list out = NormFunction::apply(x, weight, bias, residual, eps, act, slope);
   return {out[0], out[1]};
 }
 
 at::Tensor eval_forward_autograd(const at::Tensor& x, const at::Tensor& running_mean, const at::Tensor& running_var,
-                                 const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
-                                 double eps) {
-  return EvalFunction::apply(x, running_mean, running_var, weight, bias, eps)[0];
+                                 const OptTensor& weight, const OptTensor& bias, double eps, const OptTensor& residual,
+                                 int64_t act, double slope) {
+  return EvalFunction::apply(x, running_mean, running_var, weight, bias, eps, residual, act, slope)[0];
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_autograd(const at::Tensor& grad_out, const at::Tensor& x,
-                                                                 const c10::optional<at::Tensor>& weight,
-                                                                 const c10::optional<at::Tensor>& bias,
-                                                                 const at::Tensor& stats) {
-  const variable_list out = Refusing<BackwardCall>::apply(grad_out, x, weight, bias, stats);
+                                                                 const OptTensor& weight, const OptTensor& bias,
+                                                                 const at::Tensor& stats, int64_t act, double slope) {
+  const variable_list out = Refusing<BackwardCall>::apply(grad_out, x, weight, bias, stats, act, slope);
   return {out[0], out[1], out[2]};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward_autograd(const at::Tensor& grad_out, const at::Tensor& x,
                                                                       const at::Tensor& running_mean,
                                                                       const at::Tensor& running_var,
-                                                                      const c10::optional<at::Tensor>& weight,
-                                                                      const c10::optional<at::Tensor>& bias,
-                                                                      double eps) {
-  const variable_list out = Refusing<EvalBackwardCall>::apply(grad_out, x, running_mean, running_var, weight, bias, eps);
+                                                                      const OptTensor& weight, const OptTensor& bias,
+                                                                      double eps, int64_t act, double slope) {
+  const variable_list out =
+      Refusing<EvalBackwardCall>::apply(grad_out, x, running_mean, running_var, weight, bias, eps, act, slope);
   return {out[0], out[1], out[2]};
 }
 
@@ -2455,15 +2754,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward_autograd(const at::
 
 TORCH_LIBRARY(INSTANCE_NORM_NS, m) {
   m.def("forward(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)");
-  m.def("backward(Tensor grad_output, Tensor x, Tensor? weight, Tensor? bias, Tensor stats) -> (Tensor, Tensor, Tensor)");
-  m.def("eval_forward(Tensor x, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? bias, float eps) -> Tensor");
+  m.def("fused_forward(Tensor x, Tensor? weight, Tensor? bias, Tensor? residual, float eps, int act, float slope) "
+        "-> (Tensor, Tensor)");
+  m.def("backward(Tensor grad_output, Tensor x, Tensor? weight, Tensor? bias, Tensor stats, int act=0, "
+        "float slope=0.0) -> (Tensor, Tensor, Tensor)");
+  m.def("eval_forward(Tensor x, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? bias, float eps, "
+        "Tensor? residual=None, int act=0, float slope=0.0) -> Tensor");
   m.def("eval_backward(Tensor grad_output, Tensor x, Tensor running_mean, Tensor running_var, Tensor? weight, "
-        "Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)");
+        "Tensor? bias, float eps, int act=0, float slope=0.0) -> (Tensor, Tensor, Tensor)");
   m.def("update_running_stats(Tensor stats, Tensor(a!) running_mean, Tensor(b!) running_var, int batch, int count, "
         "float momentum, float eps) -> ()");
-  m.def("forward_with_plan(Tensor x, Tensor? weight, Tensor? bias, float eps, int[] plan) -> (Tensor, Tensor)");
-  m.def("backward_with_plan(Tensor grad_output, Tensor x, Tensor? weight, Tensor? bias, Tensor stats, int[] plan) "
-        "-> (Tensor, Tensor, Tensor)");
+  m.def("forward_with_plan(Tensor x, Tensor? weight, Tensor? bias, float eps, int[] plan, Tensor? residual=None, "
+        "int act=0, float slope=0.0) -> (Tensor, Tensor)");
+  m.def("backward_with_plan(Tensor grad_output, Tensor x, Tensor? weight, Tensor? bias, Tensor stats, int[] plan, "
+        "int act=0, float slope=0.0) -> (Tensor, Tensor, Tensor)");
   m.def("candidate_plans(Tensor x, bool backward=False, bool tight=False) -> int[]");
   m.def("choose_plan(Tensor x, bool backward=False) -> int[]");
   m.def("plan_refusal(Tensor x, int[] plan, bool backward=False) -> str");
@@ -2473,6 +2777,7 @@ TORCH_LIBRARY(INSTANCE_NORM_NS, m) {
 
 TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, CUDA, m) {
   m.impl("forward", &INSTANCE_NORM_NS::forward);
+  m.impl("fused_forward", &INSTANCE_NORM_NS::fused_forward);
   m.impl("backward", &INSTANCE_NORM_NS::backward);
   m.impl("eval_forward", &INSTANCE_NORM_NS::eval_forward);
   m.impl("eval_backward", &INSTANCE_NORM_NS::eval_backward);
@@ -2487,6 +2792,7 @@ TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, CUDA, m) {
 
 TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, Meta, m) {
   m.impl("forward", &INSTANCE_NORM_NS::forward_meta);
+  m.impl("fused_forward", &INSTANCE_NORM_NS::fused_forward_meta);
   m.impl("backward", &INSTANCE_NORM_NS::backward_meta);
   m.impl("eval_forward", &INSTANCE_NORM_NS::eval_forward_meta);
   m.impl("eval_backward", &INSTANCE_NORM_NS::eval_backward_meta);
@@ -2497,6 +2803,7 @@ TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, Meta, m) {
 
 TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, Autograd, m) {
   m.impl("forward", &INSTANCE_NORM_NS::forward_autograd);
+  m.impl("fused_forward", &INSTANCE_NORM_NS::fused_forward_autograd);
   m.impl("eval_forward", &INSTANCE_NORM_NS::eval_forward_autograd);
   m.impl("backward", &INSTANCE_NORM_NS::backward_autograd);
   m.impl("eval_backward", &INSTANCE_NORM_NS::eval_backward_autograd);
@@ -2506,7 +2813,9 @@ TORCH_LIBRARY_IMPL(INSTANCE_NORM_NS, Autograd, m) {
 # --------------------------------------------------------------------------------------------------
 # Building and loading the extension
 # --------------------------------------------------------------------------------------------------
-_BUILD_FLAGS = ["-O3"]
+# --threads: nvcc builds the target architectures in parallel. Not -split-compile: it halved the cold
+# build but made the stream kernel 1.47x slower (H200, 2026-11-29; benchmarks/NOTES.md).
+_BUILD_FLAGS = ["-O3", "--threads=0"]
 _DIGEST = hashlib.sha256(
     (_INTERFACE + _KERNEL_SOURCE + _HOST_SOURCE + " ".join(_BUILD_FLAGS) + torch.__version__).encode()
 ).hexdigest()[:16]
@@ -2622,18 +2931,22 @@ def plan_capacity(x, plan, backward=False):
     return load_extension().plan_capacity(x, plan.fields(), backward)
 
 
-def forward_with_plan(x, weight, bias, eps, plan):
-    return load_extension().forward_with_plan(x, weight, bias, eps, plan.fields())
+def forward_with_plan(x, weight, bias, eps, plan, residual=None, act=0, slope=0.0):
+    """The forward (with an epilogue: activation code ``act``, ``residual``) on a forced plan."""
+    return load_extension().forward_with_plan(x, weight, bias, eps, plan.fields(), residual, act, slope)
 
 
-def backward_with_plan(grad_output, x, weight, bias, stats, plan):
-    return load_extension().backward_with_plan(grad_output, x, weight, bias, stats, plan.fields())
+def backward_with_plan(grad_output, x, weight, bias, stats, plan, act=0, slope=0.0):
+    return load_extension().backward_with_plan(grad_output, x, weight, bias, stats, plan.fields(), act, slope)
 
 
 # --------------------------------------------------------------------------------------------------
-# The module
+# The modules
 # --------------------------------------------------------------------------------------------------
 _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+# The epilogue activations, in the order of their codes (the ops' ``int act``, the C++ Activation).
+ACTIVATIONS = ("identity", "relu", "leaky_relu", "silu", "gelu", "gelu_tanh")
 
 
 class ModelNew(nn.InstanceNorm2d):
@@ -2642,7 +2955,13 @@ class ModelNew(nn.InstanceNorm2d):
     Same constructor, parameters, buffers, state_dict and errors as ``nn.InstanceNorm2d``.
     """
 
+    _act = 0  # the epilogue's activation code and slope (InstanceNormAct2d sets them)
+    _slope = 0.0
+
     def forward(self, x):
+        return self._forward(x, None)
+
+    def _forward(self, x, residual):
         if x.dim() not in (3, 4):
             raise ValueError(f"expected 3D or 4D input (got {x.dim()}D input)")
         feature_dim = x.dim() - 3
@@ -2658,11 +2977,13 @@ class ModelNew(nn.InstanceNorm2d):
                 "which is not used because affine=False",
                 stacklevel=2,
             )
+        if residual is not None and residual.shape != x.shape:
+            raise ValueError(f"the residual's shape {tuple(residual.shape)} must be the input's {tuple(x.shape)}")
         if x.dim() == 3:
-            return self._normalize(x.unsqueeze(0)).squeeze(0)
-        return self._normalize(x)
+            return self._normalize(x.unsqueeze(0), None if residual is None else residual.unsqueeze(0)).squeeze(0)
+        return self._normalize(x, residual)
 
-    def _normalize(self, x):
+    def _normalize(self, x, residual):
         if not x.is_floating_point() or x.is_complex() or x.dtype not in _KERNEL_DTYPES:
             raise NotImplementedError(
                 f"InstanceNorm2d: input dtype {x.dtype} is not supported; "
@@ -2677,17 +2998,72 @@ class ModelNew(nn.InstanceNorm2d):
         momentum = self.momentum if self.momentum is not None else 0.0
         update = self.training and self.track_running_stats
         if not x.is_cuda:
-            return _cpu_instance_norm(self, x, use_input_stats, update, momentum)
+            y = _cpu_instance_norm(self, x, use_input_stats, update, momentum)
+            return _cpu_epilogue(y, residual, self._act, self._slope)
         if _ops is None:
             raise RuntimeError("instance_norm: the CUDA extension is not loaded (no GPU was visible at import)")
         if not use_input_stats:
-            return _ops.eval_forward(x, self.running_mean, self.running_var, self.weight, self.bias, self.eps)
-        y, stats = _ops.forward(x, self.weight, self.bias, self.eps)
+            return _ops.eval_forward(
+                x, self.running_mean, self.running_var, self.weight, self.bias, self.eps, residual, self._act, self._slope
+            )
+        if self._act == 0 and residual is None:
+            y, stats = _ops.forward(x, self.weight, self.bias, self.eps)
+        else:
+            y, stats = _ops.fused_forward(x, self.weight, self.bias, residual, self.eps, self._act, self._slope)
         if update:
             _ops.update_running_stats(
                 stats, self.running_mean, self.running_var, x.size(0), x.size(2) * x.size(3), momentum, self.eps
             )
         return y
+
+
+class InstanceNormAct2d(ModelNew):
+    """``act(InstanceNorm2d(x)) (+ residual)`` in one kernel, forward and backward.
+
+    Takes ``nn.InstanceNorm2d``'s arguments plus ``activation`` (one of ``ACTIVATIONS``: identity,
+    relu, leaky_relu, silu, gelu, gelu_tanh, the last being ``nn.GELU(approximate="tanh")``) and
+    ``negative_slope`` (leaky_relu's); its parameters, buffers and state_dict keys are
+    ``nn.InstanceNorm2d``'s. ``forward(x, residual=None)`` adds ``residual`` (x's shape) after the
+    activation. The backward recomputes the pre-activation from x and the saved statistics, and the
+    residual's gradient is the output's gradient itself.
+    """
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False, device=None,
+                 dtype=None, *, activation="relu", negative_slope=0.01):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        self.activation = activation
+        self.negative_slope = float(negative_slope)
+        self._act = ACTIVATIONS.index(activation)
+        self._slope = self.negative_slope if activation == "leaky_relu" else 0.0
+
+    def forward(self, x, residual=None):
+        return self._forward(x, residual)
+
+    def extra_repr(self):
+        text = super().extra_repr() + f", activation={self.activation}"
+        return text + (f", negative_slope={self.negative_slope}" if self.activation == "leaky_relu" else "")
+
+
+def _cpu_epilogue(y, residual, act, slope):
+    """The CPU path's activation and residual, in float64 with PyTorch's formulas."""
+    if act == 0 and residual is None:
+        return y
+    z = y.double()
+    if act == 1:
+        z = z.clamp_min(0)
+    elif act == 2:
+        z = z.where(z > 0, z * slope)
+    elif act == 3:
+        z = z * z.sigmoid()
+    elif act == 4:
+        z = 0.5 * z * (1 + (z * 0.5**0.5).erf())
+    elif act == 5:
+        z = 0.5 * z * (1 + ((2 / 3.141592653589793) ** 0.5 * (z + 0.044715 * z**3)).tanh())
+    if residual is not None:
+        z = z + residual.double()
+    return z.to(y.dtype)
 
 
 def _cpu_instance_norm(module, x, use_input_stats, update, momentum):
@@ -2714,6 +3090,377 @@ def _cpu_instance_norm(module, x, use_input_stats, update, momentum):
     if module.bias is not None:
         y = y + module.bias.double().view(1, c, 1, 1)
     return y.to(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Norm + activation (+ residual) fusion: under torch.compile (an Inductor pre-grad graph rewrite) and in
+# eager mode (a module rewriter). Design, rules and experiments: benchmarks/DESIGN_fusion_pass.md.
+# --------------------------------------------------------------------------------------------------
+
+# Graph-match targets only, never called: the callables Dynamo records for each activation, looked
+# up by name so that aliases (functional "relu_" is torch's, functional "gelu" is torch._C._nn's) collapse.
+_FUNCTIONAL = nn.functional
+_C_NN = torch._C._nn
+_ACT_FUNCTIONS = {
+    getattr(owner, name): act
+    for act, owners, names in (("relu", (_FUNCTIONAL, torch), ("relu", "relu_")),
+                               ("leaky_relu", (_FUNCTIONAL, _C_NN), ("leaky_relu", "leaky_relu_")),
+                               ("silu", (_FUNCTIONAL, _C_NN), ("silu", "silu_")),
+                               ("gelu", (_FUNCTIONAL, _C_NN), ("gelu",)))
+    for owner in owners for name in names if hasattr(owner, name)
+}
+_ACT_METHODS = {"relu": "relu", "relu_": "relu"}
+_ACT_MODULES = {nn.ReLU: "relu", nn.LeakyReLU: "leaky_relu", nn.SiLU: "silu", nn.GELU: "gelu"}
+_ACT_KWARGS = {"input", "inplace", "negative_slope", "approximate"}
+_ADD_FUNCTIONS = (operator.add, operator.iadd, torch.add)
+_INPLACE_OPERATORS = set("iadd isub imul itruediv ifloordiv imod ipow imatmul iand ior ixor ilshift irshift".split())
+_INPLACE_OPERATORS.add("setitem")
+_COMPILE_FUSION = True  # what set_compile_fusion last set; new FusionPass objects start from it
+_SOURCE_DIGEST = []
+
+
+def _arg(node, index, name, default=None):
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
+def _module_activation(module):
+    """(name, negative slope) of a supported activation module (exact types: a subclass may override forward)."""
+    name = _ACT_MODULES.get(type(module))
+    if name == "gelu":
+        name = {"none": "gelu", "tanh": "gelu_tanh"}.get(module.approximate)
+    return name, (module.negative_slope if name == "leaky_relu" else 0.0)
+
+
+def _activation(node, y):
+    """(name, slope) when `node` applies a supported activation to y; slope: a float or a Node."""
+    if _arg(node, 0, "input") is not y:
+        return None
+    if node.op == "call_module":
+        return _module_activation(node.graph.owning_module.get_submodule(node.target))
+    if node.op == "call_method":
+        return _ACT_METHODS.get(node.target), 0.0
+    if node.op != "call_function" or set(node.kwargs) - _ACT_KWARGS:
+        return None
+    name = _ACT_FUNCTIONS.get(node.target) if isinstance(node.target, Hashable) else None
+    if name == "gelu":
+        name = {"none": "gelu", "tanh": "gelu_tanh"}.get(_arg(node, 1, "approximate", "none"))
+    return name, (_arg(node, 1, "negative_slope", 0.01) if name == "leaky_relu" else 0.0)
+
+
+def _float_source(value):
+    """The float, int or SymFloat an argument holds (a Node's example value), else None."""
+    if isinstance(value, torch.fx.Node):
+        value = value.meta.get("example_value")
+    ok = isinstance(value, (int, float, torch.SymInt, torch.SymFloat)) and not isinstance(value, bool)
+    return value if ok else None
+
+
+def _specialize(value):
+    # Under dynamic=True a float module attribute arrives as a SymFloat graph input. Passing it on to
+    # the fused op gave wrong gradients on 2.11 with the caches on (design, E4); guard_float instead
+    # makes Dynamo recompile when it changes. Only called once a match is committed (no stray guards).
+    from torch.fx.experimental.symbolic_shapes import guard_float
+
+    return guard_float(value) if isinstance(value, torch.SymFloat) else float(value)
+
+
+def _residual(node, y):
+    """The other operand r when `node` is y + r (any spelling) with r of y's dtype, device and exact
+    shape (no broadcasting), no alpha, no out=; `r += y` is refused, it must keep writing r."""
+    if node.op == "call_function" and node.target in _ADD_FUNCTIONS:
+        a, b, inplace = _arg(node, 0, "input"), _arg(node, 1, "other"), node.target is operator.iadd
+    elif node.op == "call_method" and node.target in ("add", "add_"):
+        a, b, inplace = node.args[0], _arg(node, 1, "other"), node.target == "add_"
+    else:
+        return None
+    if len(node.args) > 2 or set(node.kwargs) - {"input", "other", "alpha"} or node.kwargs.get("alpha", 1) != 1:
+        return None
+    if inplace and a is not y:
+        return None
+    r = b if a is y else a if b is y else None
+    if not isinstance(r, torch.fx.Node) or r is y:
+        return None
+    vy, vr = y.meta.get("example_value"), r.meta.get("example_value")
+    if not (isinstance(vy, torch.Tensor) and isinstance(vr, torch.Tensor)):
+        return None
+    if (vy.dtype, vy.device, vy.dim()) != (vr.dtype, vr.device, vr.dim()):
+        return None
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return r if all(statically_known_true(p == q) for p, q in zip(vy.shape, vr.shape)) else None
+
+
+def _may_mutate(node):
+    """Conservatively: could `node` write a tensor? (The pre-grad graph is not functional.)"""
+    if node.op in ("placeholder", "get_attr", "output"):
+        return False
+    if node.op != "call_function" and node.op != "call_method":
+        return True  # call_module: unknown code
+    if node.kwargs.get("inplace") is True or "out" in node.kwargs:
+        return True
+    target = node.target
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return any(getattr(target, o)._schema.is_mutable for o in target.overloads())
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.is_mutable
+    if isinstance(target, torch._ops.OperatorBase):
+        return True  # higher-order operators: unknown bodies
+    name = target if node.op == "call_method" else getattr(target, "__name__", "")
+    if name.startswith("__") and name.endswith("__"):
+        return name[2:-2] in _INPLACE_OPERATORS
+    return name.endswith("_") or name in _INPLACE_OPERATORS
+
+
+def _span(first, last):
+    """The nodes strictly between first and last, in graph order."""
+    nodes, node = [], first.next
+    while node is not last:
+        nodes.append(node)
+        node = node.next
+    return nodes
+
+
+def _barrier(node, writers):
+    # FX's own side-effect notion: grad mode and autocast switches (`with torch.no_grad():` between
+    # the norm and the activation), profiler ranges, asserts, mutable ops; ours is let through.
+    return node.target not in writers and node.is_impure(impure_random=False)
+
+
+def _residual_anchor(norm, add, act, r, stats, inputs, writers):
+    """Where the fused op can read x, w, b and r together, or None to refuse the residual.
+
+    At the norm when r exists by then, else right after r. In between nothing may write a tensor
+    (aliases are unknown here) or change global state, and no stats user may precede that point; our
+    update_running_stats is let through: it writes only the running buffers, which must not be one
+    of x, w, b, r."""
+    between = _span(norm, add)
+    before = between[: between.index(r) + 1] if r in between else []  # r is read where it is made
+    anchor = (between + [add])[len(before)] if before else norm
+    stats_users = {u for s in stats for u in s.users}
+    for node in between:
+        if node is act or node in stats:
+            continue
+        if node in stats_users and node in before:
+            return None  # it would read the fused stats before they exist
+        if node.target in writers:
+            if any(_arg(node, i, k) in inputs for i, k in ((1, "running_mean"), (2, "running_var"))):
+                return None
+        elif _may_mutate(node) or _barrier(node, writers):
+            return None
+    return anchor
+
+
+def fuse_graph(graph, ops=None):
+    """Rewrite, in a Dynamo (pre-grad) FX graph, every ``getitem(ops.forward(x, w, b, eps), 0)``
+    followed by a supported activation and/or a residual add into ``ops.fused_forward(x, w, b, r,
+    eps, act, slope)``. ``ops`` defaults to this file's ops. Edits the graph in place (the caller
+    recompiles its GraphModule) and returns the number of rewrites. Installed under torch.compile by
+    install_fusion_pass(); call it yourself from a custom backend that does not run Inductor."""
+    ops = _ops if ops is None else ops
+    if ops is None or not hasattr(ops, "fused_forward"):
+        return 0
+    norms = (ops.forward, ops.forward.default)
+    writers = (ops.update_running_stats, ops.update_running_stats.default)
+    count = 0
+    for norm in list(graph.nodes):
+        if norm.op != "call_function" or norm.target not in norms:
+            continue
+        users = list(norm.users)
+        if not all(u.op == "call_function" and u.target is operator.getitem for u in users):
+            continue
+        ys = [u for u in users if u.args[1] == 0]
+        stats = [u for u in users if u.args[1] == 1]
+        eps = _float_source(_arg(norm, 3, "eps"))
+        if len(ys) != 1 or len(ys) + len(stats) != len(users) or len(ys[0].users) != 1 or eps is None:
+            continue
+        y = ys[0]
+        first = next(iter(y.users))  # the intermediate's only user: no one else reads it
+        name, slope = _activation(first, y) or (None, None)
+        act = first if name is not None else None
+        slope = _float_source(slope) if act is not None else 0.0
+        if slope is None or act is not None and any(_barrier(n, writers) for n in _span(norm, act)):
+            continue
+        add = first if act is None else next(iter(act.users)) if len(act.users) == 1 else None
+        r = _residual(add, act if act is not None else y) if add is not None else None
+        x, w, b = (_arg(norm, i, k) for i, k in enumerate(("x", "weight", "bias")))
+        anchor = norm
+        if r is not None:
+            anchor = _residual_anchor(norm, add, act, r, stats, (x, w, b, r), writers)
+            if anchor is None:
+                r, anchor = None, norm  # keep the activation fusion, leave the add as it is
+        if r is None:
+            add = None
+            if act is None:
+                continue
+        code = ACTIVATIONS.index(name) if act is not None else 0
+        last = add if add is not None else act
+        with graph.inserting_before(anchor):
+            fused = graph.call_function(ops.fused_forward.default,
+                                        (x, w, b, r, _specialize(eps), code, _specialize(slope)))
+            z = graph.call_function(operator.getitem, (fused, 0))
+            s = graph.call_function(operator.getitem, (fused, 1))
+        # Stack trace, nn_module_stack and example values carry over for later passes and for errors.
+        fused.meta.update(norm.meta)
+        if "example_value" in norm.meta:
+            fused.meta["example_value"] = (last.meta.get("example_value"), norm.meta["example_value"][1])
+        z.meta.update(last.meta)
+        s.meta.update(stats[0].meta if stats else {})
+        last.replace_all_uses_with(z)
+        for node in stats:
+            node.replace_all_uses_with(s)
+        for node in [last] + [n for n in (act, y) if n is not None and n is not last] + stats + [norm]:
+            graph.erase_node(node)  # consumers before producers
+        if not s.users:
+            graph.erase_node(s)
+        count += 1
+    if count:
+        graph.lint()
+    return count
+
+
+def _as_list(value):  # a pre_grad_custom_pass value: None, a callable, or (2.14) a list of them
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _fusion_passes(graph_passes):
+    """The FusionPass objects (of any copy of this file) in a pre_grad_custom_pass value, chains included."""
+    for p in _as_list(graph_passes):
+        if getattr(p, "is_instance_norm_fusion", False):
+            yield p
+            yield from _fusion_passes(p.chained)
+
+
+def _hash_code(h, code):
+    h.update(code.co_name.encode() + code.co_code + repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _hash_code(h, const)
+        else:  # frozenset reprs follow the hash seed: sort them
+            h.update(repr(sorted(map(repr, const)) if isinstance(const, frozenset) else const).encode())
+
+
+def _source_digest():
+    """This file's bytes, plus _NAMESPACE (the C++ source hash). A harness that exec()s the text has
+    no __file__: then the bytecode of this file's functions and FusionPass, which is what runs."""
+    if not _SOURCE_DIGEST:
+        h = hashlib.sha256(_NAMESPACE.encode())
+        path = globals().get("__file__")
+        if path and os.path.isfile(path):
+            with open(path, "rb") as f:
+                h.update(f.read())
+        else:
+            functions = [v for _, v in sorted(globals().items())
+                         if isinstance(v, types.FunctionType) and v.__module__ == __name__]
+            for fn in functions + [FusionPass.__init__, FusionPass.__call__, FusionPass.uuid]:
+                _hash_code(h, fn.__code__)
+        _SOURCE_DIGEST.append(h.hexdigest())
+    return _SOURCE_DIGEST[0]
+
+
+class FusionPass:
+    """The pre_grad_custom_pass that runs fuse_graph, after what was set there before (``chained``:
+    None, a callable or a list of them). ``ops``: the op namespace to fuse (None: this file's).
+    uuid() covers this file, the switch and the chained uuids (torch 2.14 runs pre-grad passes after
+    the cache lookup, keyed by it); None when something chained has none, which makes 2.14 run the
+    passes before the lookup instead (correct; it logs a warning once)."""
+
+    is_instance_norm_fusion = True
+
+    def __init__(self, chained=None, ops=None, enabled=None):
+        # A virtual subclass (ABC.register) of Inductor's CustomGraphPass, so that its isinstance checks
+        # (cache key, late timing) succeed while importing this file does not import torch._inductor
+        # (which costs about as much as torch itself).
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+
+        CustomGraphPass.register(type(self))
+        self.chained = chained
+        self.namespace = _NAMESPACE if ops is None else ops.name  # a name: torch.compile deep-copies the config
+        self.enabled = _COMPILE_FUSION if enabled is None else bool(enabled)
+
+    def __call__(self, graph):
+        for p in _as_list(self.chained):
+            p(graph)
+        if self.enabled:
+            fuse_graph(graph, _ops if self.namespace == _NAMESPACE else getattr(torch.ops, self.namespace))
+
+    def uuid(self):
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+
+        chained = [p.uuid() if isinstance(p, CustomGraphPass) else None for p in _as_list(self.chained)]
+        if not all(chained):  # Inductor takes a falsy uuid as "uncacheable": so do we
+            return None
+        return hashlib.sha256((_source_digest() + repr((self.enabled, self.namespace, chained))).encode()).hexdigest()
+
+
+def install_fusion_pass():
+    """Put FusionPass on torch._inductor.config.pre_grad_custom_pass, chaining the value already
+    there. Idempotent (also across an import and an exec of this file). Setting that config later
+    replaces it: call this again to re-chain. Returns the installed FusionPass."""
+    from torch._inductor import config
+
+    current = config.pre_grad_custom_pass
+    for p in _fusion_passes(current):
+        if p.namespace == _NAMESPACE:
+            return p
+    config.pre_grad_custom_pass = FusionPass(current)
+    return config.pre_grad_custom_pass
+
+
+def set_compile_fusion(enabled):
+    """Turn the compile-time fusion on or off for later compiles; returns the previous setting.
+    Frames already compiled keep what they compiled: call torch._dynamo.reset() after switching.
+    The switch is part of FusionPass.uuid(), so Inductor's caches never serve the other setting."""
+    global _COMPILE_FUSION
+    previous, _COMPILE_FUSION = _COMPILE_FUSION, bool(enabled)
+    config = sys.modules.get("torch._inductor.config")  # nothing installed if never imported
+    for p in _fusion_passes(config.pre_grad_custom_pass if config is not None else None):
+        p.enabled = _COMPILE_FUSION
+    return previous
+
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
+               "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+
+
+def _fused_module(norm, act):
+    """InstanceNormAct2d for (norm, act) holding norm's own Parameters and buffers, or None."""
+    if type(norm) not in (nn.InstanceNorm2d, ModelNew):  # exact: other dims, lazy, subclasses
+        return None
+    if any(getattr(m, d, None) for m in (norm, act) for d in _HOOK_DICTS):
+        return None  # a hook would see other tensors, or be lost with the module
+    name, slope = _module_activation(act)
+    if name is None:
+        return None
+    fused = InstanceNormAct2d(  # on meta: nothing allocated, every tensor is replaced by norm's below
+        norm.num_features, eps=norm.eps, momentum=norm.momentum, affine=norm.affine,
+        track_running_stats=norm.track_running_stats, device="meta", activation=name, negative_slope=slope)
+    if set(fused._parameters) != set(norm._parameters) or set(fused._buffers) != set(norm._buffers):
+        return None
+    fused._parameters.update(norm._parameters)
+    fused._buffers.update(norm._buffers)
+    return fused.train(norm.training)
+
+
+def fuse_activations(module):
+    """Eager rewrite, in place: in every nn.Sequential, (nn.InstanceNorm2d or ModelNew, then nn.ReLU,
+    nn.LeakyReLU, nn.SiLU or nn.GELU, in place or not) becomes (InstanceNormAct2d sharing the norm's
+    Parameters and buffers, nn.Identity()), so state_dict keys stay the same. Modules with hooks and
+    Sequential subclasses with their own forward are left alone. Returns module."""
+    for seq in [m for m in module.modules() if isinstance(m, nn.Sequential)]:
+        if type(seq).forward is not nn.Sequential.forward:
+            continue  # a custom forward need not chain its children
+        names, i = list(seq._modules), 0
+        while i + 1 < len(names):
+            fused = _fused_module(seq._modules[names[i]], seq._modules[names[i + 1]])
+            if fused is not None:
+                setattr(seq, names[i], fused)
+                setattr(seq, names[i + 1], nn.Identity())
+            i += 2 if fused is not None else 1
+    return module
+
+
+if _ops is not None and os.environ.get("INSTANCE_NORM_FUSION", "1") != "0":
+    install_fusion_pass()
 
 
 # --------------------------------------------------------------------------------------------------

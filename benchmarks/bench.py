@@ -3,6 +3,7 @@
 
     python benchmarks/bench.py [--quick] [--backward] [--host] [--dtypes float32,bfloat16]
                                [--shapes sweep|main|quick|NxCxHxW,...] [--out DIR] [--seed S]
+    python benchmarks/bench.py --fused [--quick] [--dtypes ...] [--shapes ...] [--out DIR] [--seed S]
     python benchmarks/bench.py --dry-run ...   # check the arguments and list the cases, no CUDA
 
 Per shape and dtype (lists in benchmarks/shapes.py, shared with tune.py):
@@ -25,9 +26,22 @@ Per shape and dtype (lists in benchmarks/shapes.py, shared with tune.py):
 speedup = the best peer's time / ours; TB/s = bytes moved (forward 2x, backward 3x the tensor) /
 time. Output in --out (default benchmarks/results/): check, forward, backward, host .json (device,
 torch, date, rows) and .md (the tables, also printed last); bandwidth.png if matplotlib is there.
+
+--fused, alone (issue 10; shapes: the sweep, --quick: shapes.FUSED_QUICK), do_bench median only,
+every ratio against floors timed in the same run: copy = out.copy_(x), add = torch.add(x, dy, out=dx).
+a. Compiled block torch.compile(Sequential(norm, nn.LeakyReLU(0.01))), dynamic=False, forward
+   without grad, norm = nn.InstanceNorm2d(C), ModelNew(C) with the compile fusion pass on, and off
+   (set_compile_fusion(False); column dropped where instance_norm has no such function); each
+   compiled once per shape and dtype after torch._dynamo.reset(), with the FX and AOTAutograd
+   caches off, and its generated code searched for fused_forward calls ("fused?").
+b. InstanceNormAct2d(C, activation="leaky_relu") eager: forward without grad against copy; training
+   step torch.autograd.grad(m(x), (x, weight, bias), dy), affine=True, against copy + add.
+Every output (train: dx) is checked against float64 like 1.; a failure is marked, and exits 1
+after the tables. Output: fused.json and fused.md.
 """
 
 import argparse
+import contextlib
 import datetime
 import functools
 import gc
@@ -35,6 +49,7 @@ import json
 import math
 import os
 import random
+import re
 import statistics
 import sys
 
@@ -45,7 +60,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 import instance_norm  # noqa: E402
-from shapes import DEFAULT_DTYPES, QUICK, SWEEP, parse_dtypes, parse_shapes  # noqa: E402
+from shapes import DEFAULT_DTYPES, FUSED_QUICK, MAIN, QUICK, SWEEP, parse_dtypes, parse_shapes  # noqa: E402
 
 EPS = 1e-5  # nn.InstanceNorm2d's default, and ModelNew's
 FORWARD_TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
@@ -55,21 +70,32 @@ BACKWARD = ("ours_op", "ours", "eager", "compile", "floor")
 PEERS = ("eager", "compile", "group_norm")
 METHODS = {"do_bench": "triton do_bench median, L2 flushed before every call",
            "graph": "CUDA-graph replay, calls back to back, L2 not flushed"}
+# --fused: the compiled blocks, the eager fused module, and the floors; the activation everywhere.
+FUSED = ("copy", "add", "compile_nn", "compile_ours", "compile_unfused", "fused_fwd", "fused_train")
+SLOPE = 0.01
+FUSED_CALL = re.compile(r"fused_forward(?:\.default)?\(")  # a call of the fused op in generated code
+TARGETS = {"block_main": 0.75, "block_any": 1.0, "fused_fwd": 1.06, "fused_train": 1.12}  # issue 10
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="shapes.QUICK and shorter timing")
+    p.add_argument("--quick", action="store_true", help="shapes.QUICK (--fused: FUSED_QUICK) and shorter timing")
     p.add_argument("--backward", action="store_true", help="also time the backward pass")
     p.add_argument("--host", action="store_true", help="also the host-side table (isolated eager calls)")
+    p.add_argument("--fused", action="store_true",
+                   help="instead: issue 10's fused norm + activation tables (see above); shapes default "
+                        "to the sweep, with --quick to shapes.FUSED_QUICK")
     p.add_argument("--dtypes", type=parse_dtypes, default=parse_dtypes(DEFAULT_DTYPES),
                    help=f"comma list of float32, bfloat16, float16 (default {DEFAULT_DTYPES})")
-    p.add_argument("--shapes", type=parse_shapes, help="sweep (default), main, quick or NxCxHxW; comma list")
+    p.add_argument("--shapes", type=parse_shapes,
+                   help="sweep (default), main, quick, fused_quick or NxCxHxW; comma list")
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder (default benchmarks/results)")
     p.add_argument("--seed", type=int, help="input seed (default: a fresh one, printed)")
     p.add_argument("--dry-run", action="store_true", help="check the arguments and list the cases; no CUDA")
     args = p.parse_args(argv)
-    args.shapes = args.shapes or (QUICK if args.quick else SWEEP)
+    if args.fused and (args.backward or args.host):
+        p.error("--fused runs alone: drop --backward and --host")
+    args.shapes = args.shapes or ((FUSED_QUICK if args.fused else QUICK) if args.quick else SWEEP)
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1 << 31)
     return args
@@ -102,9 +128,10 @@ def make_input(shape, dtype, rng):
     return x.mul_(math.exp(rng.uniform(-math.log(4), math.log(4)))).add_(rng.uniform(-3, 3))
 
 
-def reference_errors(x, out, dy=None):
+def reference_errors(x, out, dy=None, slope=None):
     """(relative L2, max abs) error of out against instance norm of x in float64, or with dy against
-    its input gradient (affine=False). Chunked over N to bound the float64 temporaries."""
+    its input gradient (affine=False, or weight 1 and bias 0); slope: the norm followed by leaky_relu
+    with that slope. Chunked over N to bound the float64 temporaries."""
     step = max(1, (1 << 26) // x[0].numel())
     num = den = worst = 0.0
     for i in range(0, x.shape[0], step):
@@ -114,11 +141,42 @@ def reference_errors(x, out, dy=None):
         ref = xs.mul_(rstd)
         if dy is not None:
             g = dy[i : i + step].double().flatten(2)
+            if slope is not None:
+                g = torch.where(ref > 0, g, g * slope)
             ref = (g - g.mean(-1, keepdim=True) - ref * (g * ref).mean(-1, keepdim=True)) * rstd
+        elif slope is not None:
+            ref = F.leaky_relu(ref, slope)
         diff = out[i : i + step].double().flatten(2) - ref
         num, den = num + diff.square().sum().item(), den + ref.square().sum().item()
         worst = max(worst, diff.abs().nan_to_num(math.inf).max().item())
     return (math.sqrt(num / den) if den else math.sqrt(num)), worst  # NaN in out: NaN
+
+
+def kink_safe(x, dy, margin=1e-4):
+    """dy with zeros where the float64 normalized x lies within `margin` of leaky_relu's kink: there
+    a last-bit difference in the pre-activation legitimately flips the gradient between the slopes,
+    which is not an error of the kernel (the tests do the same)."""
+    step = max(1, (1 << 26) // x[0].numel())
+    for i in range(0, x.shape[0], step):
+        xs = x[i : i + step].double().flatten(2)
+        xs -= xs.mean(-1, keepdim=True)
+        z = xs * (xs.square().mean(-1, keepdim=True) + EPS).rsqrt()
+        dy[i : i + step].flatten(2).masked_fill_(z.abs() < margin, 0)
+    return dy
+
+
+def tolerance(dtype, backward=False):
+    return FORWARD_TOL[dtype] * (BACKWARD_TOL_FACTOR if backward else 1)
+
+
+def error_entry(rel, worst, tol):
+    return {"tol": tol, "ok": rel <= tol,  # NaN fails
+            "rel_l2": rel if math.isfinite(rel) else None,  # JSON has no NaN or inf
+            "max_abs": worst if math.isfinite(worst) else None}
+
+
+def error_text(rel, worst, entry):
+    return f"rel L2 {rel:.2e} max abs {worst:.2e} " + ("ok" if entry["ok"] else f"FAIL (tol {entry['tol']:.1e})")
 
 
 def check(cases, backward, rng):
@@ -134,12 +192,9 @@ def check(cases, backward, rng):
             errors["backward"] = reference_errors(x, dx, dy)
             del xg, dy, dx
         for direction, (rel, worst) in errors.items():
-            tol = FORWARD_TOL[dtype] * (BACKWARD_TOL_FACTOR if direction == "backward" else 1)
-            rows.append({"dtype": dtype, "shape": list(shape), "direction": direction, "tol": tol, "ok": rel <= tol,
-                         "rel_l2": rel if math.isfinite(rel) else None,  # JSON has no NaN or inf
-                         "max_abs": worst if math.isfinite(worst) else None})
-            log(f"  check {dtype:8} {shape_str(shape):18} {direction:8} rel L2 {rel:.2e} max abs {worst:.2e} "
-                + ("ok" if rel <= tol else f"FAIL (tol {tol:.1e})"))
+            entry = error_entry(rel, worst, tolerance(dtype, direction == "backward"))
+            rows.append({"dtype": dtype, "shape": list(shape), "direction": direction, **entry})
+            log(f"  check {dtype:8} {shape_str(shape):18} {direction:8} {error_text(rel, worst, entry)}")
         del x, model
         free()
     return rows
@@ -169,9 +224,19 @@ def graph_ms(fn, estimate_ms, quick):
     return statistics.median(start.elapsed_time(end) for start, end in events) / calls
 
 
-def compiled(channels):
+def compiled(module):
     torch._dynamo.reset()  # a fresh compile per shape and dtype: the recompile limit is never reached
-    return torch.compile(nn.InstanceNorm2d(channels).cuda(), dynamic=False)
+    return torch.compile(module.cuda(), dynamic=False)
+
+
+def copy_floor(x):
+    """The forward's floor: a device copy of x's bytes (reads x, writes out)."""
+    return functools.partial(torch.empty_like(x).copy_, x)
+
+
+def add_floor(x, dy):
+    """The backward's floor: reads x and dy, writes dx."""
+    return functools.partial(torch.add, x, dy, out=torch.empty_like(x))
 
 
 def forward_makers(x):
@@ -179,9 +244,9 @@ def forward_makers(x):
     c, call = x.shape[1], functools.partial
     return {"ours": lambda: call(instance_norm.ModelNew(c).cuda(), x),
             "eager": lambda: call(nn.InstanceNorm2d(c).cuda(), x),
-            "compile": lambda: call(compiled(c), x),
+            "compile": lambda: call(compiled(nn.InstanceNorm2d(c)), x),
             "group_norm": lambda: call(F.group_norm, x, c),
-            "copy": lambda: call(torch.empty_like(x).copy_, x)}
+            "copy": lambda: copy_floor(x)}
 
 
 def backward_makers(x, dy):
@@ -198,8 +263,8 @@ def backward_makers(x, dy):
     return {"ours_op": op,
             "ours": lambda: autograd(instance_norm.ModelNew(c)),
             "eager": lambda: autograd(nn.InstanceNorm2d(c)),
-            "compile": lambda: autograd(compiled(c)),
-            "floor": lambda: functools.partial(torch.add, x, dy, out=torch.empty_like(x))}
+            "compile": lambda: autograd(compiled(nn.InstanceNorm2d(c))),
+            "floor": lambda: add_floor(x, dy)}
 
 
 def ratios(times, floor):
@@ -209,22 +274,33 @@ def ratios(times, floor):
             "speedup": best / ours if ours and best else None}
 
 
-def timed(makers, floor, quick):
-    """Both methods for every peer; a peer that fails to build or run is logged and gets None."""
+def time_all(makers, quick, methods=tuple(METHODS), inspect=None):
+    """{method: {name: ms}} for every maker, built and timed one at a time; a peer that fails to build
+    or run is logged and gets None. inspect(name, result of the first call) runs before the timing."""
     from triton.testing import do_bench  # here, so that --help and --dry-run need no triton
 
-    row = {method: dict.fromkeys(makers) for method in METHODS}
+    row = {method: dict.fromkeys(makers) for method in methods}
     for name, make in makers.items():
         fn = None
         try:
             fn = make()
-            fn()  # compiles where it has to
+            out = fn()  # compiles where it has to
+            if inspect:
+                inspect(name, out)
+            out = None
             row["do_bench"][name] = do_bench(fn, warmup=25, rep=100 if quick else 400, return_mode="median")
-            row["graph"][name] = graph_ms(fn, row["do_bench"][name], quick)
+            if "graph" in methods:
+                row["graph"][name] = graph_ms(fn, row["do_bench"][name], quick)
         except Exception as error:
             log(f"    {name}{' (CUDA graph)' if row['do_bench'][name] else ''}: {first_line(error)}")
-        fn = None
+        fn = out = None
         free()
+    return row
+
+
+def timed(makers, floor, quick):
+    """Both methods for every peer, and the ratios."""
+    row = time_all(makers, quick)
     row["ratios"] = {method: ratios(row[method], floor) for method in METHODS}
     return row
 
@@ -296,6 +372,184 @@ def host_table(rows):
     return ("## Host: isolated eager calls (synchronize, event, call, event, synchronize; median of 40)\n\n"
             "Forward without grad; train = m(x).backward(dy) with affine=True; speedup = best peer / ours.\n\n"
             + md_table(head, body, 2))
+
+
+# --------------------------------------------------------------------------------------------------
+# --fused (issue 10): norm -> LeakyReLU blocks under torch.compile, and the eager fused module
+# --------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def compile_fusion(enabled):
+    """instance_norm's compile fusion pass on (as imported) or off for what is compiled inside."""
+    if enabled:
+        yield
+        return
+    previous = instance_norm.set_compile_fusion(False)
+    try:
+        yield
+    finally:
+        instance_norm.set_compile_fusion(True if previous is None else previous)
+
+
+def compiled_block(norm, x, fused_calls, name, fusion=True):
+    """torch.compile(Sequential(norm, LeakyReLU)), compiled afresh by a first call on x with the FX and
+    AOTAutograd caches off (so the code is generated here, not served from a cache);
+    fused_calls[name] = the fused-op calls in the generated code. Returns the call to time."""
+    import torch._functorch.config
+    import torch._inductor.config
+    from torch._inductor.utils import run_and_get_code
+
+    block = compiled(nn.Sequential(norm, nn.LeakyReLU(SLOPE)))
+    no_fx_cache = torch._inductor.config.patch(fx_graph_cache=False)
+    no_aot_cache = torch._functorch.config.patch(enable_autograd_cache=False)
+    with compile_fusion(fusion), no_fx_cache, no_aot_cache:
+        _, codes = run_and_get_code(block, x)  # resets Dynamo first
+    fused_calls[name] = sum(len(FUSED_CALL.findall(code)) for code in codes)
+    return functools.partial(block, x)
+
+
+def fused_makers(x, dy, fused_calls):
+    """FUSED's builders (run under no_grad; the training step enables grad itself)."""
+    c = x.shape[1]
+
+    def fused_module(**kwargs):
+        return instance_norm.InstanceNormAct2d(c, activation="leaky_relu", negative_slope=SLOPE, **kwargs).cuda()
+
+    def train():
+        m, xg = fused_module(affine=True), x.detach().requires_grad_()
+        nn.init.ones_(m.weight)  # the defaults, which the float64 reference of dx assumes
+        nn.init.zeros_(m.bias)
+
+        def step():
+            with torch.enable_grad():
+                return torch.autograd.grad(m(xg), (xg, m.weight, m.bias), dy)
+
+        return step
+
+    makers = {"copy": lambda: copy_floor(x),
+              "add": lambda: add_floor(x, dy),
+              "compile_nn": lambda: compiled_block(nn.InstanceNorm2d(c), x, fused_calls, "compile_nn"),
+              "compile_ours": lambda: compiled_block(instance_norm.ModelNew(c), x, fused_calls, "compile_ours"),
+              "compile_unfused": lambda: compiled_block(instance_norm.ModelNew(c), x, fused_calls, "compile_unfused",
+                                                        fusion=False),
+              "fused_fwd": lambda: functools.partial(fused_module(), x),
+              "fused_train": train}
+    if not hasattr(instance_norm, "set_compile_fusion"):  # no off switch: no unfused column
+        del makers["compile_unfused"]
+    return makers
+
+
+def fused_ratios(t):
+    def ratio(a, b):
+        return a / b if a and b else None
+
+    floor = t["copy"] + t["add"] if t["copy"] and t["add"] else None
+    return {"compile_ours/compile_nn": ratio(t["compile_ours"], t["compile_nn"]),
+            "fused_fwd/copy": ratio(t["fused_fwd"], t["copy"]),
+            "fused_train/(copy+add)": ratio(t["fused_train"], floor)}
+
+
+def fused_case(dtype, shape, args, rng):
+    """One shape and dtype of --fused: times, fused-op counts, errors against float64, ratios."""
+    x = make_input(shape, getattr(torch, dtype), rng)
+    dy = kink_safe(x, torch.randn_like(x))
+    fused_calls, errors = {}, {}
+
+    def inspect(name, out):  # every output against float64; the training step: its dx
+        if name not in ("copy", "add"):
+            train = name == "fused_train"
+            rel, worst = reference_errors(x, out[0], dy, SLOPE) if train else reference_errors(x, out, slope=SLOPE)
+            errors[name] = error_entry(rel, worst, tolerance(dtype, train))
+            if not errors[name]["ok"]:
+                log(f"    {name}: {error_text(rel, worst, errors[name])}")
+
+    with torch.no_grad():
+        times = time_all(fused_makers(x, dy, fused_calls), args.quick, ("do_bench",), inspect)["do_bench"]
+    times = {name: times.get(name) for name in FUSED}
+    row = {"dtype": dtype, "shape": list(shape), "bytes": x.numel() * x.element_size(), "do_bench": times,
+           "fused_calls": fused_calls, "errors": errors, "ok": all(e["ok"] for e in errors.values()),
+           "ratios": fused_ratios(times)}
+    log("  fused    " + "  ".join(f"{p} {fmt(times[p])}" for p in FUSED)
+        + f"  fused calls {fused_calls}" + ("" if row["ok"] else "  CHECK FAILED"))
+    x = dy = None  # freed before the next case (inspect holds them only until here)
+    free()
+    return row
+
+
+def fused_cell(calls):
+    """The 'fused?' column: fused-op calls in the ModelNew block's code (and in the unfused one's, if any)."""
+    on, off = calls.get("compile_ours"), calls.get("compile_unfused")
+    cell = "-" if on is None else f"yes ({on})" if on else "**no**"
+    return cell + (f"; unfused block: {off}!" if off else "")
+
+
+def fused_tables(rows):
+    unfused = any(r["do_bench"]["compile_unfused"] for r in rows)  # no off switch, or none measured: no column
+    main_shape = shape_str(MAIN[0])
+    head = (["dtype", "shape", "copy ms", "nn block ms", "ModelNew block ms", "ModelNew/nn"]
+            + ["ModelNew unfused ms"] * unfused + ["eager fused ms", "fused?"])
+    body = [[r["dtype"], shape_str(r["shape"]), fmt(r["do_bench"]["copy"]), fmt(r["do_bench"]["compile_nn"]),
+             fmt(r["do_bench"]["compile_ours"]), fmt(r["ratios"]["compile_ours/compile_nn"], ".2f", "x")]
+            + [fmt(r["do_bench"]["compile_unfused"])] * unfused
+            + [fmt(r["do_bench"]["fused_fwd"]), fused_cell(r["fused_calls"])] for r in rows]
+    env = os.environ.get("INSTANCE_NORM_FUSION")
+    block = (f"## Compiled block, forward without grad: torch.compile(nn.Sequential(norm, nn.LeakyReLU({SLOPE})))\n\n"
+             "ms per call, do_bench median, L2 flushed; dynamic=False, compiled once per shape and dtype. "
+             "norm = nn.InstanceNorm2d(C) (nn block) or instance_norm.ModelNew(C) with the compile fusion pass "
+             "on (ModelNew block)" + (" and off (unfused)" if unfused else "") + "; eager fused = "
+             "InstanceNormAct2d(C, activation=\"leaky_relu\") not compiled; copy = out.copy_(x), the floor. "
+             "fused? = fused_forward calls in the ModelNew block's generated code (FX and AOTAutograd caches "
+             "off)" + (f"; INSTANCE_NORM_FUSION={env} at import" if env is not None else "") + ". "
+             f"Targets (issue 10): ModelNew/nn <= {TARGETS['block_main']}x at {main_shape} in float32 and "
+             f"bfloat16, <= {TARGETS['block_any']:.2f}x at every shape.\n\n" + md_table(head, body, 2))
+    head = ["dtype", "shape", "copy ms", "add ms", "fwd ms", "fwd/copy", "train ms", "train/(copy+add)"]
+    body = [[r["dtype"], shape_str(r["shape"])] + [fmt(r["do_bench"][k]) for k in ("copy", "add", "fused_fwd")]
+            + [fmt(r["ratios"]["fused_fwd/copy"], ".2f", "x"), fmt(r["do_bench"]["fused_train"]),
+               fmt(r["ratios"]["fused_train/(copy+add)"], ".2f", "x")] for r in rows]
+    eager = ("## InstanceNormAct2d(C, activation=\"leaky_relu\") eager against the floors\n\n"
+             "ms per call, do_bench median, L2 flushed. fwd: forward without grad, against copy = out.copy_(x) "
+             "(reads x, writes out). train: the training step torch.autograd.grad(m(x), (x, weight, bias), dy), "
+             "affine=True, x.requires_grad, against the forward's floor plus the backward's, copy + add, where "
+             "add = torch.add(x, dy, out=dx) (reads x and dy, writes dx). Targets (issue 10): at "
+             f"{main_shape} in float32 fwd/copy <= {TARGETS['fused_fwd']}x, train/(copy+add) <= "
+             f"{TARGETS['fused_train']}x.\n\n" + md_table(head, body, 2))
+    return [targets_text(rows), block, eager, fused_check_table(rows)]
+
+
+def targets_text(rows):
+    """Issue 10's targets against this run's figures (a report; nothing is asserted)."""
+
+    def at_main(dtype, key):
+        return next((r["ratios"][key] for r in rows if r["dtype"] == dtype and tuple(r["shape"]) == MAIN[0]), None)
+
+    def verdict(value, limit):
+        return "not measured" if value is None else f"{value:.2f}x, " + ("met" if value <= limit else "**missed**")
+
+    key, main_shape = "compile_ours/compile_nn", shape_str(MAIN[0])
+    measured = [r for r in rows if r["ratios"][key] is not None]
+    slower = [f"{r['dtype']} {shape_str(r['shape'])} {r['ratios'][key]:.2f}x"
+              for r in measured if r["ratios"][key] > TARGETS["block_any"]]
+    everywhere = (f"**missed** at {', '.join(slower)}" if slower else f"met at all {len(measured)}" if measured
+                  else "not measured")
+    items = [(f"compiled ModelNew block / nn.InstanceNorm2d block at {main_shape} <= {TARGETS['block_main']}x: "
+              f"float32 {verdict(at_main('float32', key), TARGETS['block_main'])}, "
+              f"bfloat16 {verdict(at_main('bfloat16', key), TARGETS['block_main'])}"),
+             f"the same, never slower (<= {TARGETS['block_any']:.2f}x) at any shape measured: {everywhere}",
+             f"eager InstanceNormAct2d forward / copy at {main_shape} float32 <= {TARGETS['fused_fwd']}x: "
+             + verdict(at_main("float32", "fused_fwd/copy"), TARGETS["fused_fwd"]),
+             f"its training step / (copy + add) at {main_shape} float32 <= {TARGETS['fused_train']}x: "
+             + verdict(at_main("float32", "fused_train/(copy+add)"), TARGETS["fused_train"])]
+    return "## Issue 10's targets in this run (do_bench medians, no assertion)\n\n" + "\n".join(f"- {i}" for i in items)
+
+
+def fused_check_table(rows):
+    names = ("compile_nn", "compile_ours", "compile_unfused", "fused_fwd", "fused_train")
+    head = ["dtype", "shape"] + [f"{n} rel L2" for n in names] + ["tol fwd", "tol train", "result"]
+    body = [[r["dtype"], shape_str(r["shape"])]
+            + [fmt(r["errors"][n]["rel_l2"], ".2e") if n in r["errors"] else "not run" for n in names]
+            + [f"{tolerance(r['dtype']):.1e}", f"{tolerance(r['dtype'], True):.1e}",
+               "ok" if r["ok"] else "**FAIL**"] for r in rows]
+    return (f"## Correctness against float64 ('-': NaN or inf)\n\nforward: leaky_relu(instance_norm(x), {SLOPE}); "
+            "fused_train: its input gradient dx (weight 1, bias 0). Relative L2 error.\n\n" + md_table(head, body, 2))
 
 
 def md_table(head, body, text_columns):
@@ -371,7 +625,7 @@ def main(argv=None):
         for dtype, shape in cases:
             log(f"{dtype:9} {shape_str(shape):20} {math.prod(shape) * getattr(torch, dtype).itemsize / 1e9:8.3f} GB")
         log(f"{len(cases)} cases, seed {args.seed}, quick={args.quick}, backward={args.backward}, "
-            f"host={args.host}, out={args.out}")
+            f"host={args.host}, fused={args.fused}, out={args.out}")
         return 0
     if not torch.cuda.is_available():
         log("error: no CUDA device (--dry-run checks the arguments without one)")
@@ -386,15 +640,32 @@ def main(argv=None):
     # One non-default stream for everything: autograd runs a backward on its forward's stream, so
     # that the backward calls can be captured in a CUDA graph on it too.
     with torch.cuda.stream(torch.cuda.Stream()):
-        checks = check(cases, args.backward, rng)
-        texts = [write(args.out, "check", meta, checks, [check_table(checks)])]
-        if not all(r["ok"] for r in checks):
-            log("\n" + texts[0] + "\nCORRECTNESS FAILURE: no timing was run.")
-            return 1
-        results = []
-        for i, (dtype, shape) in enumerate(cases):
-            log(f"[{i + 1}/{len(cases)}] {dtype} {shape_str(shape)}")
-            results.append(run_case(dtype, shape, args, rng))
+        return (bench_fused if args.fused else bench_norm)(cases, args, rng, meta)
+
+
+def bench_fused(cases, args, rng, meta):
+    rows = []
+    for i, (dtype, shape) in enumerate(cases):
+        log(f"[{i + 1}/{len(cases)}] {dtype} {shape_str(shape)}")
+        rows.append(fused_case(dtype, shape, args, rng))
+    text = write(args.out, "fused", meta, rows, fused_tables(rows))
+    log(f"\nwrote fused.json/.md in {args.out}\n\n{text}")
+    if not all(r["ok"] for r in rows):
+        log("CORRECTNESS FAILURE: see the correctness table (the times were taken all the same)")
+        return 1
+    return 0
+
+
+def bench_norm(cases, args, rng, meta):
+    checks = check(cases, args.backward, rng)
+    texts = [write(args.out, "check", meta, checks, [check_table(checks)])]
+    if not all(r["ok"] for r in checks):
+        log("\n" + texts[0] + "\nCORRECTNESS FAILURE: no timing was run.")
+        return 1
+    results = []
+    for i, (dtype, shape) in enumerate(cases):
+        log(f"[{i + 1}/{len(cases)}] {dtype} {shape_str(shape)}")
+        results.append(run_case(dtype, shape, args, rng))
     fwd, bwd, host = ([r[k] for r in results] for k in range(3))
     texts.append(write(args.out, "forward", meta, fwd, timing_tables(fwd, "Forward", FORWARD, "copy", 2)))
     if args.backward:

@@ -7,7 +7,7 @@
 Each shape runs the first and the last plan of every regime the host lists for it
 (instance_norm.candidate_plans, tight), so the sanitizers see every regime the plan space has: a warp per instance, a CTA per instance, clusters,
 the stream kernel (with more instances than resident clusters, so the stage ring wraps), multi_cta,
-and eval mode's running-statistics sweeps; odd sizes included.
+and eval mode's running-statistics sweeps; odd sizes included; each with and without an epilogue.
 """
 
 import os
@@ -36,19 +36,26 @@ for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(shape, device="cuda", dtype=dtype)
         w = torch.randn(shape[1], device="cuda")
         dy = torch.randn_like(x)
+        r = torch.randn_like(x)
         for plan in per_regime(instance_norm.candidate_plans(x, tight=True)):
             instance_norm.forward_with_plan(x, w, w, 1e-5, plan)
-            runs += 1
+            instance_norm.forward_with_plan(x, w, w, 1e-5, plan, r, 3, 0.0)  # epilogue kernels: silu + residual
+            runs += 2
         _, stats = ops.forward(x, w, w, 1e-5)
         for plan in per_regime(instance_norm.candidate_plans(x, backward=True, tight=True)):
             instance_norm.backward_with_plan(dy, x, w, w, stats, plan)
-            runs += 1
+            instance_norm.backward_with_plan(dy, x, w, w, stats, plan, 4, 0.0)  # gelu's backward
+            runs += 2
         rm, rv = torch.randn(shape[1], device="cuda"), torch.rand(shape[1], device="cuda") + 0.5
         ops.eval_forward(x, rm, rv, w, w, 1e-5)
+        ops.eval_forward(x, rm, rv, w, w, 1e-5, r, 2, 0.2)
         ops.eval_backward(dy, x, rm, rv, w, w, 1e-5)
+        ops.eval_backward(dy, x, rm, rv, w, w, 1e-5, 2, 0.2)
         ops.update_running_stats(stats, rm, rv, shape[0], shape[2] * shape[3], 0.1, 1e-5)
 x = torch.randn(2, 3, 129, 127, device="cuda", dtype=torch.float64)  # float64: multi_cta only
 y, stats = ops.forward(x, None, None, 1e-5)
 ops.backward(torch.randn_like(x), x, None, None, stats)
+y, stats = ops.fused_forward(x, None, None, x, 1e-5, 5, 0.0)
+ops.backward(torch.randn_like(x), x, None, None, stats, 5, 0.0)
 torch.cuda.synchronize()
 print(f"sanitize: {runs} plan runs, every regime, forward and backward")

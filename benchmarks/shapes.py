@@ -16,7 +16,10 @@ SWEEP = [
 ]
 MAIN = [(112, 64, 512, 512)]
 QUICK = SWEEP  # --quick keeps every shape (the main shape in every dtype) and shortens the timing
-NAMED = {"sweep": SWEEP, "main": MAIN, "quick": QUICK}
+# bench.py --fused --quick: each of its compiles costs seconds, so a few shapes: tiny instances
+# (where a fused block is most at risk of being slower), mid-size, and the main shape.
+FUSED_QUICK = [(64, 256, 7, 7), (4, 128, 128, 128), (16, 64, 256, 256), (112, 64, 512, 512)]
+NAMED = {"sweep": SWEEP, "main": MAIN, "quick": QUICK, "fused_quick": FUSED_QUICK}
 
 DTYPES = ("float32", "bfloat16", "float16")
 ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -24,7 +27,7 @@ DEFAULT_DTYPES = "float32,bfloat16"
 
 
 def parse_shapes(text):
-    """'sweep', 'main', 'quick' or NxCxHxW items, comma separated (mixing allowed) -> list of 4-tuples."""
+    """NAMED keys or NxCxHxW items, comma separated (mixing allowed) -> list of 4-tuples."""
     shapes = []
     for item in (part.strip().lower() for part in text.split(",")):
         if item in NAMED:
@@ -35,7 +38,7 @@ def parse_shapes(text):
         except ValueError:
             shape = ()
         if len(shape) != 4 or min(shape) < 1:
-            raise argparse.ArgumentTypeError(f"{item!r}: expected sweep, main, quick or NxCxHxW (positive)")
+            raise argparse.ArgumentTypeError(f"{item!r}: expected {', '.join(NAMED)} or NxCxHxW (positive)")
         shapes.append(shape)
     return list(dict.fromkeys(shapes))  # drop repeats, keep the order
 
