@@ -46,8 +46,8 @@ the values it holds, and partial results merge with Chan's formula (no E[x^2] - 
 cancellation; constant instances give exactly zero). Accumulation is in float32 (float64 for
 float64 input) in a fixed order, so results are bitwise reproducible; the affine gradients are
 reduced over the batch by a kernel in a fixed order too. Instances that do not start or end on a
-16-byte boundary hand their few edge elements to one thread; everything else moves in 16-byte
-vectors.
+16-byte boundary hand their few edge elements to as many threads, one scalar access each;
+everything else moves in 16-byte vectors.
 
 The C++ is two translation units built in parallel: the kernels, compiled by nvcc without ATen
 headers, and the host side (plan space, checks, autograd, operator registration), compiled by the
@@ -497,9 +497,9 @@ struct Spans {
 
 // An instance's elements split into whole 16-byte vectors, handled by every thread from registers
 // or shared memory, and at most 2 * (kVec - 1) boundary elements [0, head_count) and
-// [tail_begin, size) when the instance does not start or end on a vector boundary, handled by one
-// thread with scalar accesses. Keeping masks off the per-element path keeps K = 8 vectors within
-// 64 registers.
+// [tail_begin, size) when the instance does not start or end on a vector boundary, one per thread
+// with scalar accesses. Keeping masks off the per-element path keeps K = 8 vectors within 64
+// registers.
 struct Boundary {
   int head_count;
   int tail_count;
@@ -571,7 +571,7 @@ __device__ __forceinline__ void wait_async_copies() { asm volatile("cp.async.wai
 //   kPartials, kCoefKnown             whether there is anything to reduce; whether the coefficients
 //                                     are known before the reduction (running statistics)
 //   kMaxBlock                         the largest onchip CTA
-//   known, thread_partial, boundary_partial, coef, apply, publish, published
+//   known, thread_partial, element_partial (one boundary element's), coef, apply, publish, published
 // and takes an epilogue functor applied to the forward's output.
 // =====================================================================================
 
@@ -742,28 +742,6 @@ __device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const Vecto
   return {mean0 + d / n, m2 > acc_t(0) ? m2 : acc_t(0), n};
 }
 
-// Corrected two-sweep statistics of the boundary elements (few; read through the cache twice).
-template <typename T>
-__device__ __forceinline__ Stats<typename Elem<T>::acc> boundary_stats(const T* x, Boundary b) {
-  using acc_t = typename Elem<T>::acc;
-  const int count = b.count();
-  if (count == 0) return {acc_t(0), acc_t(0), acc_t(0)};
-  acc_t sum = 0;
-#pragma unroll 1
-  for (int i = 0; i < count; ++i) sum += scalar_at(x, b.at(i));
-  const acc_t n = static_cast<acc_t>(count);
-  const acc_t mean0 = sum / n;
-  acc_t d = 0, q = 0;
-#pragma unroll 1
-  for (int i = 0; i < count; ++i) {
-    const acc_t v = scalar_at(x, b.at(i)) - mean0;
-    d += v;
-    q += v * v;
-  }
-  const acc_t m2 = q - d * d / n;
-  return {mean0 + d / n, m2 > acc_t(0) ? m2 : acc_t(0), n};
-}
-
 // The forward: statistics of x, then y = act(((x - mean) * rstd) * weight + bias) (+ residual).
 template <typename T_, class Epi, Source kSource>
 struct Forward {
@@ -788,8 +766,8 @@ struct Forward {
   __device__ static Partial thread_partial(const Held& held, int first, int stride, int lo, int hi, const Known&) {
     return thread_stats<T, K>(held[0], first, stride, lo, hi);
   }
-  __device__ static Partial boundary_partial(const Params<T>& p, int64_t base, Boundary b, const Known&) {
-    return boundary_stats<T>(p.x + base, b);
+  __device__ static Partial element_partial(const Params<T>& p, int64_t at, const Known&) {
+    return {scalar_at(p.x, at), acc_t(0), acc_t(1)};
   }
   __device__ static acc_t rstd_of(const Params<T>& p, const Partial& total) {
     return rsqrt(total.m2 / static_cast<acc_t>(p.instance_size) + p.eps);
@@ -905,18 +883,11 @@ struct Backward {
       return sums_as<Family::kNone, K>(held, first, stride, lo, hi, known);
     }
   }
-  __device__ static Partial boundary_partial(const Params<T>& p, int64_t base, Boundary b, const Known& known) {
-    Partial s{};
-#pragma unroll 1
-    for (int i = 0; i < b.count(); ++i) {
-      const int64_t at = base + b.at(i);
-      const acc_t x = scalar_at(p.x, at);
-      acc_t g = scalar_at(p.dy, at);
-      if constexpr (Epi::kActive) g *= activation_slope((x - known.mean) * known.scale + known.shift, known.act);
-      s.a += g;
-      s.b += g * (x - known.mean);
-    }
-    return s;
+  __device__ static Partial element_partial(const Params<T>& p, int64_t at, const Known& known) {
+    const acc_t x = scalar_at(p.x, at);
+    acc_t g = scalar_at(p.dy, at);
+    if constexpr (Epi::kActive) g *= activation_slope((x - known.mean) * known.scale + known.shift, known.act);
+    return {g, g * (x - known.mean)};
   }
   __device__ static Coef coef(const Params<T>& p, int64_t, const Partial& total, const Known& known) {
     const acc_t c1 = known.scale;  // w * rstd
@@ -1014,23 +985,23 @@ __device__ __forceinline__ void store_whole(const Params<typename Op::T>& p, con
   });
 }
 
+// One boundary element of the element map. The (at most 2 * (kVec - 1)) boundary elements of an
+// instance go to as many threads, one each, so their loads overlap: a single thread walking them
+// cost a chain of dependent cache misses per instance, which set the pace of small unaligned
+// instances (e.g. 7x7 planes).
 template <class Op>
-__device__ __forceinline__ void store_boundary(const Params<typename Op::T>& p, int64_t base, Boundary b,
-                                               const typename Op::Coef& c) {
+__device__ __forceinline__ void store_element(const Params<typename Op::T>& p, int64_t at,
+                                              const typename Op::Coef& c) {
   using T = typename Op::T;
   using acc_t = typename Op::acc_t;
   const T* residual = residual_at<Op>(p, 0);
-  with_op_activation<Op>(p, [&](auto tag) {
-#pragma unroll 1
-    for (int i = 0; i < b.count(); ++i) {
-      const int64_t at = base + b.at(i);
-      acc_t v[Op::kInputs];
+  acc_t v[Op::kInputs];
 #pragma unroll
-      for (int t = 0; t < Op::kInputs; ++t) v[t] = scalar_at(Op::input(p, t), at);
-      acc_t out = Op::template apply<decltype(tag)::kFamily>(c, v, p.act);
-      if (residual != nullptr) out += scalar_at(residual, at);
-      p.out[at] = Elem<T>::from_acc(out);
-    }
+  for (int t = 0; t < Op::kInputs; ++t) v[t] = scalar_at(Op::input(p, t), at);
+  with_op_activation<Op>(p, [&](auto tag) {
+    acc_t out = Op::template apply<decltype(tag)::kFamily>(c, v, p.act);
+    if (residual != nullptr) out += scalar_at(residual, at);
+    p.out[at] = Elem<T>::from_acc(out);
   });
 }
 
@@ -1070,8 +1041,9 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
   const int first = ((rank * K) * G + local) * kVec - head;
   const int stride = G * kVec;
   const int hi = active ? M : 0;
-  const bool owns_boundary = active && rank == 0 && local == 0;
   const Boundary boundary = boundary_of<T>(M, head);
+  // Thread `local` of rank 0 takes boundary element `local` (G >= 32 > 2 * (kVec - 1)).
+  const bool boundary_element = active && rank == 0 && local < boundary.count();
   const typename Op::Known known = Op::known(p, safe);
 
   SharedVectors held[Op::kInputs];
@@ -1082,17 +1054,15 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
     copy_whole_vectors_async<T, K>(mine, blockDim.x, Op::input(p, t) + start, first, stride, 0, hi);
   }
   Partial s{};
-  if (owns_boundary) s = Op::boundary_partial(p, start, boundary, known);  // overlaps the copies
+  if (boundary_element) s = Op::element_partial(p, start + boundary.at(local), known);  // overlaps the copies
   wait_async_copies();
   s = combine(Op::template thread_partial<K>(held, first, stride, 0, hi, known), s);
   s = instance_reduce(s, warp_partials, &cta_partial, G, group, cluster_size);
 
   const typename Op::Coef c = Op::coef(p, safe, s, known);
   store_whole<Op, K, false>(p, held, p.out + start, residual_at<Op>(p, start), first, stride, 0, hi, c);
-  if (owns_boundary) {
-    store_boundary<Op>(p, start, boundary, c);
-    Op::publish(p, instance, s, known);
-  }
+  if (boundary_element) store_element<Op>(p, start + boundary.at(local), c);
+  if (active && rank == 0 && local == 0) Op::publish(p, instance, s, known);
   cluster_release(cluster_size);
 }
 
@@ -1170,11 +1140,15 @@ chunk_partials_kernel(Params<typename Op::T> p, typename Op::Partial* partials, 
                                    span.lo, span.hi, Op::coef(p, instance, Partial{}, known));
       }
     }
-    if (chunk == 0 && threadIdx.x == 0) {
+    if (chunk == 0) {
       const int64_t base = Addr::base(instance, p.instance_size);
       const Boundary boundary = instance_boundary<T, Addr>(p.instance_size, instance);
-      s = combine(s, Op::boundary_partial(p, base, boundary, known));
-      if constexpr (Op::kCoefKnown) store_boundary<Op>(p, base, boundary, Op::coef(p, instance, Partial{}, known));
+      const int t = static_cast<int>(threadIdx.x);
+      if (t < boundary.count()) {
+        const int64_t at = base + boundary.at(t);
+        s = combine(s, Op::element_partial(p, at, known));
+        if constexpr (Op::kCoefKnown) store_element<Op>(p, at, Op::coef(p, instance, Partial{}, known));
+      }
     }
     s = cta_reduce<Partial, kChunkThreads>(s, warp_partials[parity]);
     if (threadIdx.x == 0) partials[work] = s;
@@ -1215,8 +1189,10 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_apply_kernel(Params<typen
       store_whole<Op, KP, false>(p, held, p.out + span.offset, residual_at<Op>(p, span.offset), first, span.stride,
                                  span.lo, span.hi, c);
     }
-    if (chunk == 0 && threadIdx.x == 0) {
-      store_boundary<Op>(p, Addr::base(instance, p.instance_size), instance_boundary<T, Addr>(p.instance_size, instance), c);
+    if (chunk == 0) {
+      const Boundary boundary = instance_boundary<T, Addr>(p.instance_size, instance);
+      const int t = static_cast<int>(threadIdx.x);
+      if (t < boundary.count()) store_element<Op>(p, Addr::base(instance, p.instance_size) + boundary.at(t), c);
     }
   }
 }

@@ -45,8 +45,18 @@ MUTANTS = {
     ),
     "gradient_term": (
         "the x_hat term of dx misses one rstd factor",
-        "-c1 * known.rstd * known.rstd * total.b * inv_m};",
-        "-c1 * known.rstd * total.b * inv_m};",
+        "-c1 * known.rstd * known.rstd * total.b * inv_m, known.shift};",
+        "-c1 * known.rstd * total.b * inv_m, known.shift};",
+    ),
+    "activation_gradient": (
+        "the backward ignores the activation's derivative (dx as if no activation)",
+        "      return dy * activation_slope<F>((x - mean) * scale + shift, act);",
+        "      return dy;",
+    ),
+    "residual_dropped": (
+        "the forward's residual is not added on the vector path",
+        "          for (int j = 0; j < kVec; ++j) out[j] += Elem<T>::get(r, j);",
+        "          for (int j = 0; j < kVec; ++j) out[j] += 0;",
     ),
     "cluster_exchange": (
         "a stream CTA merges only its own partial, not its peers'",
