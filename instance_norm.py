@@ -25,8 +25,9 @@ stream (sm_90)    one to 16 CTAs' worth, bytes a   a persistent grid of clusters
                   multiple of 16 (the main shape,  a slice of every instance; the bulk copy
                   512x512, is 1 MiB)               engine keeps the next instances in flight and
                                                    writes the output; partials go to the peers
-                                                   by st.async with no cluster barrier: 1.04x
-                                                   the copy time
+                                                   by st.async with no cluster barrier: 1.03x
+                                                   an H100's copy, 1.45x an H200's (only 7
+                                                   clusters of 16 fit there)
 cluster (sm_90)   up to 4 CTAs' worth that the     8 CTAs per instance exchanging partials
                   stream kernel refuses (bytes     through distributed shared memory
                   not a multiple of 16)
@@ -38,8 +39,13 @@ multi_cta         anything larger, float64, no     per-chunk partials, a per-ins
 Every regime runs forward and backward from one kernel per family: the family is written once
 over an *Op* (what a sweep over an instance computes: the forward's statistics and normalization,
 the backward's sums and input gradient, each from instance or running statistics, with an
-epilogue functor applied to the output) and an instance-addressing policy (contiguous NCHW spans
-today). Eval mode with running statistics runs the multi_cta family's single-read sweeps.
+epilogue applied to the output) and an instance-addressing policy (contiguous NCHW spans today).
+Eval mode with running statistics runs the multi_cta family's single-read sweeps.
+
+The epilogue is ``act(x_hat * weight + bias) (+ residual)``: ``InstanceNormAct2d`` uses it
+directly, ``fuse_activations`` puts it into eager models, and under ``torch.compile`` a pre-grad
+graph rewrite (installed at import) turns ``ModelNew`` followed by an activation and/or a residual
+add into it. The kernels without an epilogue are separate instantiations that carry no epilogue code.
 
 Statistics are exact centered ones: each thread computes a corrected two-sweep mean and M2 over
 the values it holds, and partial results merge with Chan's formula (no E[x^2] - E[x]^2
