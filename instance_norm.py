@@ -45,7 +45,8 @@ Eval mode with running statistics runs the multi_cta family's single-read sweeps
 The epilogue is ``act(x_hat * weight + bias) (+ residual)``: ``InstanceNormAct2d`` uses it
 directly, ``fuse_activations`` puts it into eager models, and under ``torch.compile`` a pre-grad
 graph rewrite (installed at import) turns ``ModelNew`` followed by an activation and/or a residual
-add into it. The kernels without an epilogue are separate instantiations that carry no epilogue code.
+add into it. The kernels without an epilogue are separate instantiations that carry no epilogue
+code.
 
 Statistics are exact centered ones: each thread computes a corrected two-sweep mean and M2 over
 the values it holds, and partial results merge with Chan's formula (no E[x^2] - E[x]^2
