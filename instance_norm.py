@@ -667,13 +667,7 @@ __device__ __forceinline__ acc_t activation_slope(acc_t z, const ActArgs<acc_t>&
   }
 }
 
-// The scalar (boundary) paths switch per element: few elements.
-template <typename acc_t>
-__device__ __forceinline__ acc_t activate(acc_t z, const ActArgs<acc_t>& act) {
-  acc_t out = z;
-  with_family(act, [&](auto tag) { out = activate<decltype(tag)::kFamily>(z, act); });
-  return out;
-}
+// The backward's scalar (boundary) path switches per element: few elements.
 template <typename acc_t>
 __device__ __forceinline__ acc_t activation_slope(acc_t z, const ActArgs<acc_t>& act) {
   acc_t out = acc_t(1);
@@ -1995,12 +1989,14 @@ std::string malformed(DType dtype, Direction direction, const Plan& plan) {
 }
 
 // Why `plan` cannot serve instances of `instance_size` elements on the current device; empty if it can.
-std::string refusal(DType dtype, Direction direction, const Plan& plan, int64_t instance_size) {
+// `epilogue`: checked against the kernels with an epilogue (their registers may differ).
+std::string refusal(DType dtype, Direction direction, const Plan& plan, int64_t instance_size,
+                    bool epilogue = false) {
   std::string why = malformed(dtype, direction, plan);
   if (!why.empty() || plan.regime == Regime::kMultiCta) return why;
   const int vec = vector_width(dtype);
   const std::string too_big = describe(plan) + " cannot hold an instance of " + std::to_string(instance_size) + " elements";
-  const void* kernel = kernel_for(dtype, direction, false, plan);
+  const void* kernel = kernel_for(dtype, direction, epilogue, plan);
   if (plan.regime == Regime::kStream) {
     if (instance_size % vec != 0) return "a stream plan needs H*W times the element size to be a multiple of 16 bytes";
     const int64_t slice = stream_slice_vectors(instance_size, vec, plan.cluster);
@@ -2149,8 +2145,9 @@ void run(const Plan& plan, const Problem& problem) {
   } else if (plan.regime == Regime::kStream) {
     const int64_t slice = stream_slice_vectors(problem.instance_size, vector_width(problem.dtype), plan.cluster);
     const int64_t smem = stream_smem(plan, slice, problem.direction);
-    const int resident =
-        resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan), plan.cluster, kStreamThreads, smem);
+    const int resident = resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan),
+                                        plan.cluster, kStreamThreads, smem);
+    IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
     launch.slice_vectors = static_cast<int>(slice);
     launch.smem = static_cast<int>(smem);
     launch.block = kStreamThreads;
@@ -2243,7 +2240,7 @@ std::vector<int64_t> fields_of(const Plan& plan) {
 Plan plan_for(const Problem& pr, const std::vector<int64_t>* forced) {
   if (forced == nullptr) return choose(pr.dtype, pr.direction, pr.instance_size);
   const Plan plan = plan_from(*forced);
-  const std::string why = refusal(pr.dtype, pr.direction, plan, pr.instance_size);
+  const std::string why = refusal(pr.dtype, pr.direction, plan, pr.instance_size, has_epilogue(pr));
   IN_CHECK(why.empty(), "instance_norm: ", why);
   return plan;
 }
@@ -2531,15 +2528,25 @@ std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& x, const OptTe
           at::empty_symint({c10::SymInt(2), x.sym_size(0) * x.sym_size(1)}, acc_options(x))};
 }
 
-std::tuple<at::Tensor, at::Tensor> fused_forward_meta(const at::Tensor& x, const OptTensor& w, const OptTensor& b,
-                                                      const OptTensor&, double eps, int64_t act, double) {
+// The epilogue's checks under torch.compile (fake tensors), as the CUDA kernels make them.
+void check_epilogue_meta(const at::Tensor& x, const OptTensor& residual, int64_t act) {
   activation_of(act);
+  if (!residual.has_value() || !residual->defined()) return;
+  IN_CHECK(residual->sym_sizes() == x.sym_sizes() && residual->scalar_type() == x.scalar_type() &&
+               residual->device() == x.device(),
+           "instance_norm: the residual must have the input's shape, dtype and device");
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_forward_meta(const at::Tensor& x, const OptTensor& w, const OptTensor& b,
+                                                      const OptTensor& residual, double eps, int64_t act, double) {
+  check_epilogue_meta(x, residual, act);
   return forward_meta(x, w, b, eps);
 }
 
 std::tuple<at::Tensor, at::Tensor> forward_with_plan_meta(const at::Tensor& x, const OptTensor& w, const OptTensor& b,
-                                                          double eps, at::IntArrayRef, const OptTensor&, int64_t,
-                                                          double) {
+                                                          double eps, at::IntArrayRef, const OptTensor& residual,
+                                                          int64_t act, double) {
+  check_epilogue_meta(x, residual, act);
   return forward_meta(x, w, b, eps);
 }
 
@@ -2563,8 +2570,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_with_plan_meta(const at:
 }
 
 at::Tensor eval_forward_meta(const at::Tensor& x, const at::Tensor&, const at::Tensor&, const OptTensor&,
-                             const OptTensor&, double, const OptTensor&, int64_t act, double) {
-  activation_of(act);
+                             const OptTensor&, double, const OptTensor& residual, int64_t act, double) {
+  check_epilogue_meta(x, residual, act);
   return at::empty_symint(x.sym_sizes(), x.options());
 }
 
@@ -2613,6 +2620,16 @@ struct Wanted {
   }
 };
 
+// Whether x, weight or bias (the first edges, weight and bias only when given) want a gradient; if
+// only the residual does, the backward kernel need not run.
+bool norm_gradient_wanted(AutogradContext* ctx, bool has_weight, bool has_bias) {
+  const size_t edges = 1 + (has_weight ? 1 : 0) + (has_bias ? 1 : 0);
+  for (size_t e = 0; e < edges; ++e) {
+    if (ctx->needs_input_grad(e)) return true;
+  }
+  return false;
+}
+
 void save_epilogue(AutogradContext* ctx, double eps, int64_t act, double slope, const OptTensor& residual) {
   ctx->saved_data["eps"] = eps;
   ctx->saved_data["act"] = act;
@@ -2639,6 +2656,14 @@ class NormFunction : public torch::autograd::Function<NormFunction> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
+    if (!norm_gradient_wanted(ctx, saved[1].defined(), saved[2].defined())) {  // only the residual's
+      Wanted wanted{ctx};
+      wanted(true, at::Tensor());
+      wanted(saved[1].defined(), at::Tensor());
+      wanted(saved[2].defined(), at::Tensor());
+      at::Tensor gr = wanted(ctx->saved_data["residual"].toBool(), grads[0]);
+      return {at::Tensor(), at::Tensor(), at::Tensor(), gr, at::Tensor(), at::Tensor(), at::Tensor()};
+    }
     auto [dx, dweight, dbias] = BackwardCall::op().call(grads[0], saved[0], maybe(saved[1]), maybe(saved[2]), saved[3],
                                                         ctx->saved_data["act"].toInt(),
                                                         ctx->saved_data["slope"].toDouble());
@@ -2665,9 +2690,20 @@ class EvalFunction : public torch::autograd::Function<EvalFunction> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    auto [dx, dweight, dbias] = EvalBackwardCall::op().call(
-        grads[0], saved[0], saved[1], saved[2], maybe(saved[3]), maybe(saved[4]), ctx->saved_data["eps"].toDouble(),
-        ctx->saved_data["act"].toInt(), ctx->saved_data["slope"].toDouble());
+    // Edges: x, the running statistics, then weight and bias when given.
+    bool norm_wanted = ctx->needs_input_grad(0);
+    size_t edge = 3;
+    for (const at::Tensor* param : {&saved[3], &saved[4]}) {
+      if (!param->defined()) continue;
+      if (ctx->needs_input_grad(edge)) norm_wanted = true;
+      ++edge;
+    }
+    at::Tensor dx, dweight, dbias;
+    if (norm_wanted) {  // else only the residual wants a gradient: no kernel
+      std::tie(dx, dweight, dbias) = EvalBackwardCall::op().call(
+          grads[0], saved[0], saved[1], saved[2], maybe(saved[3]), maybe(saved[4]), ctx->saved_data["eps"].toDouble(),
+          ctx->saved_data["act"].toInt(), ctx->saved_data["slope"].toDouble());
+    }
     Wanted wanted{ctx};
     at::Tensor gx = wanted(true, dx);
     wanted(true, at::Tensor());  // running statistics: buffers, no gradient
@@ -2960,8 +2996,13 @@ class ModelNew(nn.InstanceNorm2d):
                 "which is not used because affine=False",
                 stacklevel=2,
             )
-        if residual is not None and residual.shape != x.shape:
-            raise ValueError(f"the residual's shape {tuple(residual.shape)} must be the input's {tuple(x.shape)}")
+        if residual is not None and (
+            residual.shape != x.shape or residual.dtype != x.dtype or residual.device != x.device
+        ):
+            raise ValueError(
+                f"the residual ({tuple(residual.shape)}, {residual.dtype}, {residual.device}) must have the input's"
+                f" shape, dtype and device ({tuple(x.shape)}, {x.dtype}, {x.device})"
+            )
         if x.dim() == 3:
             return self._normalize(x.unsqueeze(0), None if residual is None else residual.unsqueeze(0)).squeeze(0)
         return self._normalize(x, residual)
@@ -3018,8 +3059,18 @@ class InstanceNormAct2d(ModelNew):
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         self.activation = activation
         self.negative_slope = float(negative_slope)
-        self._act = ACTIVATIONS.index(activation)
-        self._slope = self.negative_slope if activation == "leaky_relu" else 0.0
+
+    # Read at each call, so that changing `activation` or `negative_slope` takes effect (as with
+    # nn.LeakyReLU's attribute).
+    @property
+    def _act(self):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        return ACTIVATIONS.index(self.activation)
+
+    @property
+    def _slope(self):
+        return float(self.negative_slope) if self.activation == "leaky_relu" else 0.0
 
     def forward(self, x, residual=None):
         return self._forward(x, residual)
@@ -3119,7 +3170,8 @@ def _activation(node, y):
     if _arg(node, 0, "input") is not y:
         return None
     if node.op == "call_module":
-        return _module_activation(node.graph.owning_module.get_submodule(node.target))
+        owner = node.graph.owning_module  # None for a bare fx.Graph: the module is unknown
+        return _module_activation(owner.get_submodule(node.target)) if owner is not None else None
     if node.op == "call_method":
         return _ACT_METHODS.get(node.target), 0.0
     if node.op != "call_function" or set(node.kwargs) - _ACT_KWARGS:
@@ -3179,9 +3231,17 @@ def _may_mutate(node):
         return False
     if node.op != "call_function" and node.op != "call_method":
         return True  # call_module: unknown code
-    if node.kwargs.get("inplace") is True or "out" in node.kwargs:
+    if node.kwargs.get("inplace", False) is not False or "out" in node.kwargs:
         return True
     target = node.target
+    if node.op == "call_function" and isinstance(target, types.FunctionType):
+        # `inplace` may come positionally (F.relu(r, True), F.dropout(r, p, training, True)): bind the
+        # call to the Python function's signature (builtins have none: the names below decide).
+        from torch.fx.operator_schemas import normalize_function
+
+        bound = normalize_function(target, tuple(node.args), dict(node.kwargs), normalize_to_only_use_kwargs=True)
+        if bound is not None and bound.kwargs.get("inplace", False) is not False:
+            return True
     if isinstance(target, torch._ops.OpOverloadPacket):
         return any(getattr(target, o)._schema.is_mutable for o in target.overloads())
     if isinstance(target, torch._ops.OpOverload):
@@ -3351,8 +3411,8 @@ class FusionPass:
 
     def __init__(self, chained=None, ops=None, enabled=None):
         # A virtual subclass (ABC.register) of Inductor's CustomGraphPass, so that its isinstance checks
-        # (cache key, late timing) succeed while importing this file does not import torch._inductor
-        # (which costs about as much as torch itself).
+        # (cache key, late timing) succeed while defining the class imports nothing of Inductor. (The
+        # install at import on a GPU machine does import torch._inductor.config, about a second.)
         from torch._inductor.custom_graph_pass import CustomGraphPass
 
         CustomGraphPass.register(type(self))

@@ -219,6 +219,24 @@ def test_residual_grad_is_grad_output_no_copy(ops, rng):
     assert torch.equal(gr, dy) and gr.data_ptr() == dy.data_ptr()
 
 
+@pytest.mark.parametrize("eval_mode", [False, True], ids=["train", "eval"])
+@CUDA
+def test_only_the_residual_wants_a_gradient(inorm, ops, rng, eval_mode):
+    """A frozen norm with a trainable skip: the residual's gradient is dy and nothing else is
+    computed (x, weight and bias get none)."""
+    x = make_input((2, 3, 9, 11), torch.float32, rng)
+    w, b = affine_params(3, torch.float32)
+    r = torch.randn_like(x, requires_grad=True)
+    if eval_mode:
+        rm, rv = torch.zeros(3, device="cuda"), torch.ones(3, device="cuda")
+        y = ops.eval_forward(x, rm, rv, w, b, EPS, r, ACTS.index("gelu"), 0.0)
+    else:
+        y, _ = ops.fused_forward(x, w, b, r, EPS, ACTS.index("gelu"), 0.0)
+    dy = torch.randn_like(y)
+    (gr,) = torch.autograd.grad(y, [r], dy)
+    assert torch.equal(gr, dy)
+
+
 # =========================================================================== 2. the kink at exactly z == 0
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -630,3 +648,32 @@ def test_opcheck_and_gradcheck(ops, rng):
         assert torch.autograd.gradcheck(lambda *a: ops.fused_forward(*a, EPS, code, 0.0)[0], tuple(d))
         assert torch.autograd.gradcheck(
             lambda xx, ww, bb, rr: ops.eval_forward(xx, rmd, rvd, ww, bb, EPS, rr, code, 0.0), tuple(d))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_module_reads_its_attributes_at_call(inorm, device):
+    """Changing `negative_slope` or `activation` after construction takes effect, as with nn.LeakyReLU."""
+    m = inorm.InstanceNormAct2d(3, activation="leaky_relu", negative_slope=0.1).to(device)
+    x = torch.randn(2, 3, 5, 7, device=device)
+    ref = nn.InstanceNorm2d(3).to(device)
+    m.negative_slope = 0.5
+    torch.testing.assert_close(m(x), F.leaky_relu(ref(x), 0.5), rtol=1e-5, atol=1e-5)
+    m.activation = "silu"
+    torch.testing.assert_close(m(x), F.silu(ref(x)), rtol=1e-5, atol=1e-5)
+    m.activation = "tanh"
+    with pytest.raises(ValueError):
+        m(x)
+
+
+def test_meta_kernels_check_the_epilogue(inorm):
+    """Under torch.compile the fake kernels refuse what the CUDA kernels refuse (no GPU needed)."""
+    ops = inorm.load_extension()
+    x = torch.empty(2, 3, 5, 7, device="meta")
+    for bad in (torch.empty(2, 3, 5, 6, device="meta"), torch.empty(2, 3, 5, 7, device="meta", dtype=torch.float64)):
+        with pytest.raises(RuntimeError):
+            ops.fused_forward(x, None, None, bad, EPS, 1, 0.0)
+        with pytest.raises(RuntimeError):
+            ops.eval_forward(x, torch.empty(3, device="meta"), torch.empty(3, device="meta"), None, None, EPS, bad, 1, 0.0)
+    with pytest.raises(RuntimeError):
+        ops.fused_forward(x, None, None, None, EPS, 6, 0.0)
+
