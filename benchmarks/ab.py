@@ -1,0 +1,75 @@
+"""A/B device time of two versions of instance_norm.py in one process (development tool).
+
+    git show REV:instance_norm.py > .scratch/instance_norm_old.py      # here (the device has no .git)
+    python benchmarks/ab.py --old .scratch/instance_norm_old.py [--shapes main,quick] [--dtypes float32]
+        [--plans]                                                         # on the device, carry .scratch
+
+Both files are loaded as separate modules (their op namespaces differ by source hash, so both
+extensions live side by side); every shape times a copy of the same bytes, the old ModelNew, the new
+one and the new InstanceNormAct2d(leaky_relu), do_bench median with the L2 flushed, interleaved in
+one run. --plans also times every stream candidate plan of the new file against the same plan of the
+old. This is how the -split-compile slowdown (1.47x, benchmarks/NOTES.md) was found.
+"""
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+
+import torch
+import triton
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shapes import parse_shapes  # noqa: E402
+
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    start = time.time()
+    spec.loader.exec_module(module)
+    print(f"{name}: {path} loaded in {time.time() - start:.1f} s", flush=True)
+    return module
+
+
+def bench(fn):
+    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3  # us
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--old", required=True, help="the other instance_norm.py")
+    parser.add_argument("--new", default=os.path.join(ROOT, "instance_norm.py"))
+    parser.add_argument("--shapes", default="main,quick")
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--plans", action="store_true")
+    args = parser.parse_args()
+    new, old = load(args.new, "instance_norm_new"), load(args.old, "instance_norm_old")
+    for shape in parse_shapes(args.shapes):
+        for dtype in args.dtypes.split(","):
+            x = torch.randn(shape, device="cuda", dtype=getattr(torch, dtype))
+            out = torch.empty_like(x)
+            row = {"copy": bench(lambda: out.copy_(x))}
+            with torch.no_grad():
+                for name, module in (("old", old), ("new", new)):
+                    norm = module.ModelNew(shape[1]).cuda()
+                    row[name] = bench(lambda: norm(x))
+                if hasattr(new, "InstanceNormAct2d"):
+                    fused = new.InstanceNormAct2d(shape[1], activation="leaky_relu").cuda()
+                    row["new_leaky"] = bench(lambda: fused(x))
+            cells = " ".join(f"{k}={v:.1f}us" for k, v in row.items())
+            print(f"{dtype} {tuple(shape)} {new.chosen_plan(x)}: {cells} new/old={row['new'] / row['old']:.3f}",
+                  flush=True)
+            if args.plans:
+                for plan in new.candidate_plans(x, tight=True):
+                    if plan.regime == "stream":
+                        a = bench(lambda: new.forward_with_plan(x, None, None, 1e-5, plan))
+                        b = bench(lambda: old.forward_with_plan(x, None, None, 1e-5, old.Plan(*plan)))
+                        print(f"    {plan}: new {a:.0f} us, old {b:.0f} us", flush=True)
+
+
+if __name__ == "__main__":
+    main()
