@@ -1,6 +1,8 @@
-"""Drop-in CUDA replacement for ``nn.InstanceNorm2d``.
+"""Drop-in CUDA replacement for ``nn.InstanceNorm2d`` (and ``InstanceNorm1d`` / ``InstanceNorm3d``).
 
-``ModelNew`` takes ``nn.InstanceNorm2d``'s arguments, parameters, buffers and state_dict. On CUDA
+``ModelNew`` takes ``nn.InstanceNorm2d``'s arguments, parameters, buffers and state_dict;
+``InstanceNorm1d`` and ``InstanceNorm3d`` are PyTorch's 1-D and 3-D classes run by the same kernels
+(an instance is all the trailing spatial elements, whatever their rank). On CUDA
 tensors every step runs this file's kernels: the normalization and its gradient, eval mode with
 running statistics (a per-channel affine map), the running-statistics update and the reduction of
 the affine gradients over the batch. The ops are registered with ``torch.library`` together with
@@ -34,13 +36,26 @@ cluster (sm_90)   up to 4 CTAs' worth that the     8 CTAs per instance exchangin
 multi_cta         anything larger, float64, no     per-chunk partials, a per-instance merge,
                   clusters (sm_80)                 then a second read (reverse chunk order, so
                                                    what is still in L2 goes first)
+cl_onchip         channels-last input whose        a CTA per (sample, channel tile) holds the
+                  columns fit a CTA: H*W up to     column in registers: one read, coalesced
+                  8 rows x 512 threads, and        rows of the tile, 16-byte vectors along C
+                  enough CTAs to fill the GPU      when C allows, one element otherwise
+cl_split          every other channels-last        partials per (instance, chunk of rows), the
+                  input, float64                   multi_cta merge, then the element map (a
+                                                   second read): 2 reads, like torch.compile
 ================  ===============================  ============================================
+
+Channels-last input (stride 1 along C, dense: ``torch.channels_last``, ``channels_last_3d``, or
+(N, L, C) in memory for 1-D) is read as it is and the output, and the input gradient, keep that
+layout, as PyTorch's BatchNorm2d and GroupNorm do; eager InstanceNorm returns NCHW. Other strides
+are copied to NCHW first.
 
 Every regime runs forward and backward from one kernel per family: the family is written once
 over an *Op* (what a sweep over an instance computes: the forward's statistics and normalization,
 the backward's sums and input gradient, each from instance or running statistics, with an
-epilogue applied to the output) and an instance-addressing policy (contiguous NCHW spans today).
-Eval mode with running statistics runs the multi_cta family's single-read sweeps.
+epilogue applied to the output) and an instance-addressing policy (contiguous NCHW spans; the
+channels-last families address rows of C). Eval mode with running statistics runs the multi_cta
+family's single-read sweeps (channels-last: the cl_split family's).
 
 The epilogue is ``act(x_hat * weight + bias) (+ residual)``: ``InstanceNormAct2d`` uses it
 directly, ``fuse_activations`` puts it into eager models, and under ``torch.compile`` a pre-grad
@@ -104,6 +119,9 @@ inline constexpr int64_t kMaxGrid = int64_t(1) << 22;  // grid-stride loops beyo
 inline constexpr int kStaticSmemReserve = 4096;  // a kernel's static shared memory, kept out of the
                                                  // dynamic grant
 inline constexpr int kVectorBytes = 16;
+inline constexpr int kClOnchipThreads = 512;     // channels-last onchip: the largest CTA
+inline constexpr int kClSplitThreads = 256;      // channels-last split: partial and apply sweeps
+inline constexpr int kClMaxColumnThreads = 32;   // channels-last: threads along C in a CTA (a tile)
 
 enum class DType : int { kFloat, kHalf, kBFloat16, kDouble };
 enum class Direction : int { kForward, kBackward };
@@ -118,7 +136,8 @@ inline constexpr int kActivations = 6;
 // A plan says which kernel family serves a call and with what shape; the regime says which of the
 // other fields mean something (the rest are 0). Field order everywhere (C++, the op schema's
 // int[] plan, Python's Plan, the tests): regime, vectors, threads, cluster, stages.
-enum class Regime : int { kMultiCta = 0, kOnchip = 1, kCluster = 2, kStream = 3 };
+// The last two serve channels-last input (C innermost): see "Family cl" in the kernels.
+enum class Regime : int { kMultiCta = 0, kOnchip = 1, kCluster = 2, kStream = 3, kClOnchip = 4, kClSplit = 5 };
 
 struct Plan {
   Regime regime;
@@ -135,6 +154,10 @@ struct Plan {
   static constexpr Plan stream(int cluster, int stages) {
     return {Regime::kStream, kStreamVectors, kStreamThreads, cluster, stages};
   }
+  // vectors: rows per thread (K); threads: the CTA's size cap.
+  static constexpr Plan cl_onchip(int rows, int threads) { return {Regime::kClOnchip, rows, threads, 1, 0}; }
+  static constexpr Plan cl_split() { return {Regime::kClSplit, 0, 0, 0, 0}; }
+  bool channels_last() const { return regime == Regime::kClOnchip || regime == Regime::kClSplit; }
 };
 
 // A per-channel vector (weight, bias, running statistics, their gradients) in its own dtype; a
@@ -164,7 +187,27 @@ struct Problem {
   const void* residual;  // forward: added to the output (null: none)
   Activation act;
   double slope;  // leaky_relu's negative slope
+  // Channels-last plans: x, dy, out and residual are (N, M, C) in memory (instance (n, c) is
+  // every C-th element); `cl_vectors` when C is a multiple of the vector width and every tensor
+  // is 16-byte aligned (16-byte accesses along C), otherwise one element per access.
+  bool cl_vectors;
 };
+
+// How a channels-last CTA covers its work: `tx` threads along C, each `vec` channels (a tile of
+// tx * vec channels), `ty` threads along the rows; the split family cuts each (n, tile) into
+// `chunks` runs of `rows` rows. Computed by the host (cl_shape below), read by the kernels.
+struct ClShape {
+  int vec;
+  int tx;
+  int ty;
+  int tiles;
+  int64_t chunks;
+  int64_t rows;
+};
+
+inline int cl_block(const ClShape& s) {  // whole warps: the column reduction shuffles full warps
+  return (s.tx * s.ty + kWarpSize - 1) / kWarpSize * kWarpSize;
+}
 
 // The kernels of a problem: with an epilogue (an activation or a residual) or the plain ones.
 inline bool has_epilogue(const Problem& pr) {
@@ -177,6 +220,7 @@ struct Launch {
   int block;
   int smem;
   int slice_vectors;  // stream plans: one CTA's slice of an instance, in vectors
+  ClShape cl;         // channels-last plans
 };
 
 // The launch configuration of a cluster kernel, shared by the launch and the occupancy query.
@@ -200,6 +244,7 @@ inline cudaLaunchConfig_t cluster_config(unsigned grid, int block, int smem, int
 const void* kernel_for(DType dtype, Direction direction, bool epilogue, const Plan& plan);  // null: none
 int64_t chunks_per_instance(DType dtype, int64_t instance_size);             // multi_cta chunks
 int64_t chunk_workspace_bytes(const Problem& problem);                       // multi_cta partials
+int64_t partial_bytes(DType dtype, Direction direction);  // one partial (statistics or sums)
 cudaError_t launch_plan(const Plan& plan, const Problem& problem, const Launch& launch, void* workspace,
                         cudaStream_t stream);
 // Per-channel sums over the batch of the backward's per-instance sums: dweight, dbias (each may
@@ -770,6 +815,27 @@ struct Forward {
   __device__ static Partial element_partial(const Params<T>& p, int64_t at, const Known&) {
     return {scalar_at(p.x, at), acc_t(0), acc_t(1)};
   }
+  // The first `count` of R values of one channel (channels-last kernels): corrected two-sweep.
+  template <Family F, int R>
+  __device__ static Partial values_partial(const acc_t (&v)[kInputs][R], int count, const Known&) {
+    if (count <= 0) return {acc_t(0), acc_t(0), acc_t(0)};
+    acc_t sum = 0;
+#pragma unroll
+    for (int k = 0; k < R; ++k) sum += k < count ? v[0][k] : acc_t(0);
+    const acc_t n = static_cast<acc_t>(count);
+    // A full batch divides by R exactly (R is a power of two): no division on the common path.
+    const acc_t inv_n = count == R ? acc_t(1) / acc_t(R) : acc_t(1) / n;
+    const acc_t mean0 = sum * inv_n;
+    acc_t d = 0, q = 0;
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const acc_t e = k < count ? v[0][k] - mean0 : acc_t(0);
+      d += e;
+      q += e * e;
+    }
+    const acc_t m2 = q - d * d * inv_n;
+    return {mean0 + d * inv_n, m2 > acc_t(0) ? m2 : acc_t(0), n};
+  }
   __device__ static acc_t rstd_of(const Params<T>& p, const Partial& total) {
     return rsqrt(total.m2 / static_cast<acc_t>(p.instance_size) + p.eps);
   }
@@ -883,6 +949,19 @@ struct Backward {
     } else {
       return sums_as<Family::kNone, K>(held, first, stride, lo, hi, known);
     }
+  }
+  template <Family F, int R>
+  __device__ static Partial values_partial(const acc_t (&v)[kInputs][R], int count, const Known& known) {
+    Partial s{};
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      if (k < count) {
+        const acc_t g = gradient<F>(v[1][k], v[0][k], known.mean, known.scale, known.shift, known.act);
+        s.a += g;
+        s.b += g * (v[0][k] - known.mean);
+      }
+    }
+    return s;
   }
   __device__ static Partial element_partial(const Params<T>& p, int64_t at, const Known& known) {
     const acc_t x = scalar_at(p.x, at);
@@ -1521,6 +1600,307 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
 }
 
 // =====================================================================================
+// Family cl: channels-last input, (N, M, C) in memory, instance (n, c) = every C-th element from
+// n * M * C + c. A CTA covers a tile of channels (tx threads along C, each `vec` adjacent
+// channels: a 16-byte vector when C allows, else one) over rows (ty threads along the M rows), so
+// that a warp reads whole rows of the tile: coalesced, 16-byte accesses. Each thread keeps one
+// partial per channel it owns; the CTA merges them per channel (column) through shared memory in
+// a fixed order, so results are bitwise reproducible.
+//   cl_onchip   one CTA per (n, tile) holds its K rows per thread in registers: one read.
+//   cl_split    a sweep writing one partial per (instance, chunk of rows), the multi_cta family's
+//               merge (a warp per instance), and a sweep applying the element map (a second read,
+//               in reverse order so that what is still in L2 goes first).
+// =====================================================================================
+
+// Loads and stores of a thread's channels in one row: a 16-byte vector (vec == kVec) or one
+// element (vec == 1) kept in the vector's first slot, so both shapes share one instantiation.
+// kLast: the data's last read (streaming, evict first); the split family's first sweep reads
+// normally, so that what it read last is still in L2 when the second sweep starts there.
+template <bool kLast = true, typename T>
+__device__ __forceinline__ uint4 cl_load(const T* at, int vec) {
+  if (vec > 1) {
+    const uint4* v = reinterpret_cast<const uint4*>(at);
+    return kLast ? __ldcs(v) : __ldg(v);
+  }
+  typename Elem<T>::acc v[Elem<T>::kVec] = {};
+  v[0] = Elem<T>::to_acc(*at);
+  return Elem<T>::pack(v);
+}
+
+template <typename T>
+__device__ __forceinline__ void cl_store(T* at, const typename Elem<T>::acc (&out)[Elem<T>::kVec], int vec) {
+  if (vec > 1) {
+    __stcs(reinterpret_cast<uint4*>(at), Elem<T>::pack(out));
+  } else {
+    *at = Elem<T>::from_acc(out[0]);
+  }
+}
+
+// Where a thread's work lies in a channels-last CTA.
+struct ClThread {
+  int tx, ty;
+  bool in_block;  // ty < shape.ty (the CTA is rounded up to whole warps)
+  __device__ ClThread(const ClShape& s) {
+    tx = static_cast<int>(threadIdx.x) % s.tx;
+    ty = static_cast<int>(threadIdx.x) / s.tx;
+    in_block = ty < s.ty;
+  }
+};
+
+// Per-channel partials of a CTA, [ty][column] in shared memory, merged per column in a fixed
+// order. Up to a warp's worth of rows, a thread per column combines them in order (many columns of
+// few rows, e.g. 7x7 planes, cost one short chain each); more rows: warp w takes columns w,
+// w + warps, ..., lane l combines rows l, l + 32, ... in order, then a butterfly. f(column,
+// merged partial) is called by one thread per column.
+template <typename P, typename F>
+__device__ __forceinline__ void cl_merge_columns(const P* scratch, int columns, int rows, F&& f) {
+  if (rows <= kWarpSize) {
+    for (int col = threadIdx.x; col < columns; col += blockDim.x) {
+      P q{};
+      for (int y = 0; y < rows; ++y) q = combine(q, scratch[y * columns + col]);
+      f(col, q);
+    }
+    return;
+  }
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  const int warps = blockDim.x / kWarpSize;
+  for (int col = threadIdx.x / kWarpSize; col < columns; col += warps) {
+    P q{};
+    for (int y = lane; y < rows; y += kWarpSize) q = combine(q, scratch[y * columns + col]);
+    q = warp_reduce(q);
+    if (lane == 0) f(col, q);
+  }
+}
+
+// A thread's channels of R rows (row r0 + k * step, the first `count` valid) of every input, as
+// packed vectors.
+template <class Op, int R, bool kLast = true>
+__device__ __forceinline__ int cl_load_rows(uint4 (&raw)[Op::kInputs][R], const Params<typename Op::T>& p,
+                                            int64_t offset, int64_t r0, int64_t step, int64_t row_end, int vec,
+                                            bool active) {
+  const int64_t C = p.channels;
+  int count = 0;
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t row = r0 + k * step;
+    const bool in = active && row < row_end;
+    count += in ? 1 : 0;
+#pragma unroll
+    for (int t = 0; t < Op::kInputs; ++t) {
+      raw[t][k] = in ? cl_load<kLast>(Op::input(p, t) + offset + row * C, vec) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  return count;
+}
+
+// Adds the thread's R rows to its per-channel partials.
+template <class Op, Family F, int R>
+__device__ __forceinline__ void cl_accumulate(typename Op::Partial (&acc)[Elem<typename Op::T>::kVec],
+                                              const uint4 (&raw)[Op::kInputs][R], int count,
+                                              const typename Op::Known (&known)[Elem<typename Op::T>::kVec], int vec) {
+  using T = typename Op::T;
+  using acc_t = typename Op::acc_t;
+#pragma unroll
+  for (int j = 0; j < Elem<T>::kVec; ++j) {
+    if (j < vec) {
+      acc_t v[Op::kInputs][R];
+#pragma unroll
+      for (int t = 0; t < Op::kInputs; ++t) {
+#pragma unroll
+        for (int k = 0; k < R; ++k) v[t][k] = Elem<T>::get(raw[t][k], j);
+      }
+      acc[j] = combine(acc[j], Op::template values_partial<F, R>(v, count, known[j]));
+    }
+  }
+}
+
+// The element map of a thread's R rows, stored to the output (and the residual added).
+template <class Op, Family F, int R>
+__device__ __forceinline__ void cl_store_rows(const Params<typename Op::T>& p, const uint4 (&raw)[Op::kInputs][R],
+                                              int64_t offset, int64_t r0, int64_t step, int64_t row_end,
+                                              const typename Op::Coef (&c)[Elem<typename Op::T>::kVec], int vec) {
+  using T = typename Op::T;
+  using acc_t = typename Op::acc_t;
+  constexpr int kVec = Elem<T>::kVec;
+  const T* residual = residual_at<Op>(p, 0);
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t row = r0 + k * step;
+    if (row < row_end) {
+      const int64_t at = offset + row * p.channels;
+      acc_t out[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        acc_t v[Op::kInputs];
+#pragma unroll
+        for (int t = 0; t < Op::kInputs; ++t) v[t] = Elem<T>::get(raw[t][k], j);
+        out[j] = j < vec ? Op::template apply<F>(c[j], v, p.act) : acc_t(0);
+      }
+      if constexpr (Op::kResidual) {
+        if (residual != nullptr) {
+          const uint4 r = cl_load(residual + at, vec);
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) out[j] += Elem<T>::get(r, j);
+        }
+      }
+      cl_store(p.out + at, out, vec);
+    }
+  }
+}
+
+// Onchip: work unit (n, tile), one CTA each (grid-stride); thread (tx, ty) holds rows ty + k * ty_count.
+template <class Op, int K>
+__global__ void __launch_bounds__(Op::kInputs == 1 ? kClOnchipThreads : kClOnchipThreads / 2)
+cl_onchip_kernel(Params<typename Op::T> p, ClShape s) {
+  using T = typename Op::T;
+  using Partial = typename Op::Partial;
+  constexpr int kVec = Elem<T>::kVec;
+  extern __shared__ uint4 cl_storage[];
+  Partial* scratch = reinterpret_cast<Partial*>(cl_storage);  // [ty][column], then totals[column]
+  const int columns = s.tx * s.vec;
+  Partial* totals = scratch + s.ty * columns;
+  const ClThread th(s);
+  const int64_t C = p.channels, M = p.instance_size;
+  const int64_t units = (p.num_instances / C) * s.tiles;
+  for (int64_t work = blockIdx.x; work < units; work += gridDim.x) {
+    const int64_t n = work / s.tiles;
+    const int64_t c0 = (work - n * s.tiles) * columns + int64_t(th.tx) * s.vec;
+    const bool active = th.in_block && c0 < C;
+    const int64_t offset = n * M * C + c0;
+    typename Op::Known known[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) known[j] = Op::known(p, n * C + (active && j < s.vec ? c0 + j : 0));
+    uint4 raw[Op::kInputs][K];
+    const int count = cl_load_rows<Op, K>(raw, p, offset, th.ty, s.ty, M, s.vec, active);
+    Partial acc[kVec] = {};
+    with_op_activation<Op>(p, [&](auto tag) {
+      cl_accumulate<Op, decltype(tag)::kFamily, K>(acc, raw, count, known, s.vec);
+    });
+    if (th.in_block) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        if (j < s.vec) scratch[th.ty * columns + th.tx * s.vec + j] = acc[j];
+      }
+    }
+    __syncthreads();
+    cl_merge_columns(scratch, columns, s.ty, [&](int col, const Partial& total) { totals[col] = total; });
+    __syncthreads();
+    if (active) {
+      typename Op::Coef c[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const int col = th.tx * s.vec + (j < s.vec ? j : 0);
+        c[j] = Op::coef(p, n * C + c0 + (j < s.vec ? j : 0), totals[col], known[j]);
+      }
+      with_op_activation<Op>(p, [&](auto tag) {
+        cl_store_rows<Op, decltype(tag)::kFamily, K>(p, raw, offset, th.ty, s.ty, M, c, s.vec);
+      });
+      if (th.ty == 0) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          if (j < s.vec) Op::publish(p, n * C + c0 + j, totals[th.tx * s.vec + j], known[j]);
+        }
+      }
+    }
+    __syncthreads();  // totals and scratch are rewritten by the next unit
+  }
+}
+
+// Split, first sweep: work unit (n, tile, chunk of s.rows rows); one partial per instance and
+// chunk, at partials[instance * chunks + chunk] (the layout merge_partials_kernel reads).
+template <class Op>
+__global__ void __launch_bounds__(kClSplitThreads)
+cl_partials_kernel(Params<typename Op::T> p, ClShape s, typename Op::Partial* partials) {
+  using T = typename Op::T;
+  using Partial = typename Op::Partial;
+  constexpr int kVec = Elem<T>::kVec;
+  constexpr int R = 8 / Op::kInputs;  // rows in flight per thread and input
+  extern __shared__ uint4 cl_storage[];
+  Partial* scratch = reinterpret_cast<Partial*>(cl_storage);
+  const int columns = s.tx * s.vec;
+  const ClThread th(s);
+  const int64_t C = p.channels, M = p.instance_size;
+  const int64_t per_n = int64_t(s.tiles) * s.chunks;
+  const int64_t units = (p.num_instances / C) * per_n;
+  for (int64_t work = blockIdx.x; work < units; work += gridDim.x) {
+    const int64_t n = work / per_n;
+    const int64_t tile = (work - n * per_n) / s.chunks;
+    const int64_t chunk = work - n * per_n - tile * s.chunks;
+    const int64_t c0 = tile * columns + int64_t(th.tx) * s.vec;
+    const bool active = th.in_block && c0 < C;
+    const int64_t offset = n * M * C + c0;
+    const int64_t row_end = min(M, (chunk + 1) * s.rows);
+    typename Op::Known known[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) known[j] = Op::known(p, n * C + (active && j < s.vec ? c0 + j : 0));
+    Partial acc[kVec] = {};
+    with_op_activation<Op>(p, [&](auto tag) {
+      for (int64_t r = chunk * s.rows + th.ty; r < row_end; r += int64_t(s.ty) * R) {
+        uint4 raw[Op::kInputs][R];
+        const int count = cl_load_rows<Op, R, false>(raw, p, offset, r, s.ty, row_end, s.vec, active);
+        cl_accumulate<Op, decltype(tag)::kFamily, R>(acc, raw, count, known, s.vec);
+      }
+    });
+    if (th.in_block) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        if (j < s.vec) scratch[th.ty * columns + th.tx * s.vec + j] = acc[j];
+      }
+    }
+    __syncthreads();
+    cl_merge_columns(scratch, columns, s.ty, [&](int col, const Partial& total) {
+      const int64_t c = tile * columns + col;
+      if (c < C) partials[(n * C + c) * s.chunks + chunk] = total;
+    });
+    __syncthreads();
+  }
+}
+
+// Split, second sweep: the element map from the published statistics (or running statistics).
+template <class Op>
+__global__ void __launch_bounds__(kClSplitThreads) cl_apply_kernel(Params<typename Op::T> p, ClShape s) {
+  using T = typename Op::T;
+  constexpr int kVec = Elem<T>::kVec;
+  constexpr int R = 8 / Op::kInputs;
+  const int columns = s.tx * s.vec;
+  const ClThread th(s);
+  const int64_t C = p.channels, M = p.instance_size;
+  const int64_t per_n = int64_t(s.tiles) * s.chunks;
+  const int64_t units = (p.num_instances / C) * per_n;
+  for (int64_t i = blockIdx.x; i < units; i += gridDim.x) {
+    const int64_t work = units - 1 - i;
+    const int64_t n = work / per_n;
+    const int64_t tile = (work - n * per_n) / s.chunks;
+    const int64_t chunk = work - n * per_n - tile * s.chunks;
+    const int64_t c0 = tile * columns + int64_t(th.tx) * s.vec;
+    if (!th.in_block || c0 >= C) continue;
+    const int64_t offset = n * M * C + c0;
+    const int64_t row_end = min(M, (chunk + 1) * s.rows);
+    typename Op::Coef c[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) c[j] = Op::published(p, n * C + c0 + (j < s.vec ? j : 0));
+    // Two batches in flight: the next one's loads are issued before this one's stores (program
+    // order; the compiler cannot move loads above stores that may alias them).
+    const int64_t step = int64_t(s.ty) * R;
+    with_op_activation<Op>(p, [&](auto tag) {
+      int64_t r = chunk * s.rows + th.ty;
+      uint4 raw[Op::kInputs][R];
+      cl_load_rows<Op, R>(raw, p, offset, r, s.ty, row_end, s.vec, true);
+      for (; r < row_end; r += step) {
+        uint4 next[Op::kInputs][R];
+        cl_load_rows<Op, R>(next, p, offset, r + step, s.ty, row_end, s.vec, true);
+        cl_store_rows<Op, decltype(tag)::kFamily, R>(p, raw, offset, r, s.ty, row_end, c, s.vec);
+#pragma unroll
+        for (int t = 0; t < Op::kInputs; ++t) {
+#pragma unroll
+          for (int k = 0; k < R; ++k) raw[t][k] = next[t][k];
+        }
+      }
+    });
+  }
+}
+
+// =====================================================================================
 // Per-channel kernels: affine gradients, running statistics, fills
 // =====================================================================================
 
@@ -1609,6 +1989,7 @@ Params<T> params_of(const Problem& pr) {
   return p;
 }
 
+
 // Calls f with a value-initialized Op for the problem's dtype, direction, statistics source and
 // epilogue (Activated: an activation or a residual).
 template <typename F>
@@ -1650,6 +2031,12 @@ const void* typed_kernel_for(const Plan& plan) {
           case 8: return reinterpret_cast<const void*>(&onchip_kernel<Op, Spans, 8>);
         }
         return nullptr;
+      case Regime::kClOnchip:
+        switch (plan.vectors) {
+          case 2: return reinterpret_cast<const void*>(&cl_onchip_kernel<Op, 2>);
+          case 8: return reinterpret_cast<const void*>(&cl_onchip_kernel<Op, 8>);
+        }
+        return nullptr;
       default: return nullptr;
     }
   }
@@ -1684,10 +2071,41 @@ cudaError_t launch_chunks(const Problem& pr, void* workspace, cudaStream_t strea
   return cudaGetLastError();
 }
 
+// Channels-last split: partials per (instance, chunk), the multi_cta merge, the element map.
+template <class Op>
+cudaError_t launch_cl_split(const Problem& pr, const Launch& launch, void* workspace, cudaStream_t stream) {
+  using T = typename Op::T;
+  using Partial = typename Op::Partial;
+  const Params<T> p = params_of<T>(pr);
+  const ClShape& s = launch.cl;
+  const int64_t units = (pr.num_instances / pr.channels) * s.tiles * s.chunks;
+  const unsigned grid = static_cast<unsigned>(grid_limit(units));
+  if constexpr (Op::kPartials) {
+    auto* partials = static_cast<Partial*>(workspace);
+    const int smem = static_cast<int>(int64_t(s.ty) * s.tx * s.vec * sizeof(Partial));
+    cl_partials_kernel<Op><<<grid, cl_block(s), smem, stream>>>(p, s, partials);
+    constexpr int64_t kWarpsPerMerge = kMergeThreads / kWarpSize;
+    merge_partials_kernel<Op>
+        <<<grid_limit((pr.num_instances + kWarpsPerMerge - 1) / kWarpsPerMerge), kMergeThreads, 0, stream>>>(
+            p, partials, s.chunks);
+  }
+  cl_apply_kernel<Op><<<grid, cl_block(s), 0, stream>>>(p, s);
+  return cudaGetLastError();
+}
+
 template <class Op>
 cudaError_t launch_typed(const Plan& plan, const Problem& pr, const Launch& launch, void* workspace,
                          cudaStream_t stream) {
   if (plan.regime == Regime::kMultiCta) return launch_chunks<Op>(pr, workspace, stream);
+  if (plan.regime == Regime::kClSplit) return launch_cl_split<Op>(pr, launch, workspace, stream);
+  if (plan.regime == Regime::kClOnchip) {
+    const void* kernel = typed_kernel_for<Op>(plan);
+    if (kernel == nullptr) return cudaErrorInvalidValue;
+    Params<typename Op::T> p = params_of<typename Op::T>(pr);
+    ClShape shape = launch.cl;
+    void* args[] = {&p, &shape};
+    return cudaLaunchKernel(kernel, dim3(launch.grid), dim3(launch.block), args, launch.smem, stream);
+  }
   const void* kernel = typed_kernel_for<Op>(plan);
   if (kernel == nullptr) return cudaErrorInvalidValue;
   Params<typename Op::T> p = params_of<typename Op::T>(pr);
@@ -1725,6 +2143,11 @@ int64_t chunks_per_instance(DType dtype, int64_t instance_size) {
   return with_op(dtype, Direction::kForward, Source::kInstance, false, [&](auto op) {
     return typed_chunks_per_instance<typename decltype(op)::T>(instance_size);
   });
+}
+
+int64_t partial_bytes(DType dtype, Direction direction) {
+  return with_op(dtype, direction, Source::kInstance, false,
+                 [&](auto op) { return static_cast<int64_t>(sizeof(typename decltype(op)::Partial)); });
 }
 
 int64_t chunk_workspace_bytes(const Problem& pr) {
@@ -1782,6 +2205,7 @@ _HOST_SOURCE = r"""
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -1893,6 +2317,15 @@ constexpr int kClusterChoices[] = {2, 4, 8, 16};
 // (memcheck) rejects st.async in a cluster of one CTA, and the heuristic never picks one (a CTA of
 // the onchip family holds more), so the space starts at two.
 constexpr int kStreamClusterChoices[] = {2, 4, 8, 16};
+// Channels-last onchip: rows per thread, and CTA size caps (the backward holds two tensors: 256).
+constexpr int kClRowChoices[] = {2, 8};
+constexpr int kClThreadChoices[] = {128, 256, 512};
+// Channels-last split: cut each (n, tile) into about this many waves of CTAs over the device, but
+// give each CTA at least kClMinChunkBytes per input (its per-unit merge costs about a microsecond).
+constexpr int kClSplitWaves = 4;
+constexpr int64_t kClMinChunkBytes = 128 * 1024;
+// Channels-last instances of at most this many rows take the onchip plan even when it leaves SMs idle.
+constexpr int64_t kClTinyRows = 256;
 // The heuristic: instances of up to kWarpPlanSlots vectors get a warp each, K growing with the
 // instance; larger ones a CTA of K = 8 up to kMaxBlock threads, then the stream kernel, then a
 // cluster of kHeuristicCluster CTAs up to kHeuristicClusterBlocks CTAs' worth, then multi_cta.
@@ -1903,9 +2336,21 @@ constexpr int kHeuristicClusterBlocks = 4;
 // (so that tiny instances still see a few shapes).
 constexpr int kTightExtraSlots = 64;
 
+// What plan choice depends on besides the dtype and the direction.
+struct Shape {
+  int64_t instance_size;  // M: elements per instance
+  int64_t channels;       // C
+  bool channels_last;     // channels-last dense input: the cl plans read it as it is (the others copy it to NCHW)
+  bool cl_vectors;        // ... with 16-byte vectors along C (C a multiple of the vector width, x aligned)
+  int64_t batch;          // N (the channels-last heuristic weighs the CTAs a plan would have)
+};
+
 std::string describe(const Plan& plan) {
   const std::string kg = "K=" + std::to_string(plan.vectors) + ",G=" + std::to_string(plan.threads);
   switch (plan.regime) {
+    case Regime::kClOnchip:
+      return "cl_onchip(K=" + std::to_string(plan.vectors) + ",threads=" + std::to_string(plan.threads) + ")";
+    case Regime::kClSplit: return "cl_split";
     case Regime::kMultiCta: return "multi_cta";
     case Regime::kOnchip: return "onchip(" + kg + ")";
     case Regime::kCluster: return "cluster(" + kg + ",CS=" + std::to_string(plan.cluster) + ")";
@@ -1918,6 +2363,7 @@ std::string describe(const Plan& plan) {
 int vector_width(DType dtype) {  // elements per 16-byte vector
   return dtype == DType::kDouble ? 2 : dtype == DType::kFloat ? 4 : 8;
 }
+int element_bytes(DType dtype) { return kVectorBytes / vector_width(dtype); }
 
 int inputs_of(Direction direction) { return direction == Direction::kForward ? 1 : 2; }  // x (and dy)
 
@@ -1932,6 +2378,45 @@ int64_t onchip_smem(const Plan& plan, Direction direction) {
   return int64_t(inputs_of(direction)) * plan.vectors * onchip_block(plan) * kVectorBytes;
 }
 int64_t onchip_slots(const Plan& plan) { return int64_t(plan.vectors) * plan.threads * plan.cluster; }
+
+// A channels-last CTA's coverage (see ClShape). cl_onchip: ceil(M / K) threads along the rows hold
+// the whole column, and as many threads along C as the CTA has room for (up to a warp); cl_split:
+// up to a warp along C, the rest along the rows, rows in chunks: about kClSplitWaves waves of CTAs
+// over `sms` SMs for `batch` samples.
+ClShape cl_shape(const Plan& plan, DType dtype, Direction direction, const Shape& shape, int64_t batch, int sms) {
+  ClShape s{};
+  s.vec = shape.cl_vectors ? vector_width(dtype) : 1;
+  const int64_t units = (shape.channels + s.vec - 1) / s.vec;
+  const int64_t M = shape.instance_size;
+  int64_t tx = std::min<int64_t>(units, kClMaxColumnThreads);
+  if (plan.regime == Regime::kClOnchip) {
+    // Capped so that a refused plan still yields a well-formed shape; refusal() compares with M.
+    s.ty = static_cast<int>(std::min<int64_t>((M + plan.vectors - 1) / plan.vectors, plan.threads));
+    tx = std::max<int64_t>(1, std::min<int64_t>(tx, plan.threads / s.ty));
+    s.tx = static_cast<int>(tx);
+    s.tiles = static_cast<int>((units + tx - 1) / tx);
+    s.chunks = 1;
+    s.rows = M;
+    return s;
+  }
+  s.tx = static_cast<int>(tx);
+  s.tiles = static_cast<int>((units + tx - 1) / tx);
+  s.ty = std::max(1, kClSplitThreads / s.tx);
+  const int64_t row_bytes = int64_t(s.tx) * s.vec * element_bytes(dtype);
+  const int64_t min_rows = std::max<int64_t>(int64_t(s.ty) * (8 / inputs_of(direction)),  // a load batch per thread
+                                             kClMinChunkBytes / row_bytes);
+  const int64_t per_chunk_ctas = std::max<int64_t>(1, batch * s.tiles);
+  const int64_t want = (int64_t(kClSplitWaves) * sms * (2048 / kClSplitThreads) + per_chunk_ctas - 1) / per_chunk_ctas;
+  const int64_t most = std::max<int64_t>(1, (M + min_rows - 1) / min_rows);
+  const int64_t chunks = std::max<int64_t>(1, std::min(want, most));
+  s.rows = ((M + chunks - 1) / chunks + s.ty - 1) / s.ty * s.ty;
+  s.chunks = std::max<int64_t>(1, (M + s.rows - 1) / s.rows);
+  return s;
+}
+
+int64_t cl_onchip_smem(const ClShape& s, DType dtype, Direction direction) {  // scratch [ty][column] + totals
+  return (int64_t(s.ty) + 1) * s.tx * s.vec * partial_bytes(dtype, direction);
+}
 
 int64_t stream_slice_vectors(int64_t instance_size, int vec, int cluster) {
   return (instance_size / vec + cluster - 1) / cluster;
@@ -1971,6 +2456,17 @@ std::string malformed(DType dtype, Direction direction, const Plan& plan) {
       if (!has_clusters()) return "cluster plans need sm_90 or newer";
       return "";
     }
+    case Regime::kClSplit:
+      if (plan.vectors || plan.threads || plan.cluster || plan.stages) return "a cl_split plan takes no parameters";
+      return "";
+    case Regime::kClOnchip:
+      if (dtype == DType::kDouble) return "float64 runs only the multi_cta and cl_split plans";
+      if (!one_of(plan.vectors, kClRowChoices)) return "a cl_onchip plan's vectors (rows per thread) must be 2 or 8";
+      if (!one_of(plan.threads, kClThreadChoices) || plan.threads > kClOnchipThreads / inputs_of(direction)) {
+        return "a cl_onchip plan's threads must be 128, 256 or 512 (the backward: at most 256)";
+      }
+      if (plan.cluster != 1 || plan.stages != 0) return "a cl_onchip plan has cluster 1 and no stages";
+      return "";
     case Regime::kStream:
       if (dtype == DType::kDouble) return "float64 runs only the multi_cta plan";
       if (plan.vectors != kStreamVectors || plan.threads != kStreamThreads) {
@@ -1990,10 +2486,27 @@ std::string malformed(DType dtype, Direction direction, const Plan& plan) {
 
 // Why `plan` cannot serve instances of `instance_size` elements on the current device; empty if it can.
 // `epilogue`: checked against the kernels with an epilogue (their registers may differ).
-std::string refusal(DType dtype, Direction direction, const Plan& plan, int64_t instance_size,
-                    bool epilogue = false) {
+std::string refusal(DType dtype, Direction direction, const Plan& plan, const Shape& shape, bool epilogue = false) {
+  if (plan.channels_last() && !shape.channels_last) {
+    return "the channels-last plans (cl_onchip, cl_split) need channels-last input: stride 1 along C, the rest dense";
+  }
   std::string why = malformed(dtype, direction, plan);
-  if (!why.empty() || plan.regime == Regime::kMultiCta) return why;
+  if (!why.empty()) return why;
+  if (plan.channels_last()) {
+    if (plan.regime == Regime::kClSplit) return "";
+    const ClShape s = cl_shape(plan, dtype, direction, shape, 1, 1);
+    if (int64_t(s.ty) * plan.vectors < shape.instance_size || s.tx * s.ty > plan.threads) {
+      return describe(plan) + " cannot hold " + std::to_string(shape.instance_size) + " rows of " +
+             std::to_string(shape.channels) + " channels";
+    }
+    if (resident_units(kernel_for(dtype, direction, epilogue, plan), 1, cl_block(s),
+                       cl_onchip_smem(s, dtype, direction)) == 0) {
+      return describe(plan) + " cannot run on this device (shared memory or registers)";
+    }
+    return "";
+  }
+  if (plan.regime == Regime::kMultiCta) return why;
+  const int64_t instance_size = shape.instance_size;
   const int vec = vector_width(dtype);
   const std::string too_big = describe(plan) + " cannot hold an instance of " + std::to_string(instance_size) + " elements";
   const void* kernel = kernel_for(dtype, direction, epilogue, plan);
@@ -2015,7 +2528,19 @@ std::string refusal(DType dtype, Direction direction, const Plan& plan, int64_t 
 
 // Every plan of the space that serves `instance_size`; `tight` keeps the ones worth timing (no
 // more than about twice the capacity the instance needs).
-std::vector<Plan> candidates(DType dtype, Direction direction, int64_t instance_size, bool tight) {
+std::vector<Plan> candidates(DType dtype, Direction direction, const Shape& shape, bool tight) {
+  std::vector<Plan> found;
+  if (shape.channels_last) {  // the plans that keep the layout; the others would copy x to NCHW
+    std::vector<Plan> all{Plan::cl_split()};
+    for (int k : kClRowChoices) {
+      for (int t : kClThreadChoices) all.push_back(Plan::cl_onchip(k, t));
+    }
+    for (const Plan& plan : all) {
+      if (refusal(dtype, direction, plan, shape).empty()) found.push_back(plan);
+    }
+    return found;
+  }
+  const int64_t instance_size = shape.instance_size;
   std::vector<Plan> all{Plan::multi_cta()};
   for (int k : kVectorChoices) {
     for (int g : kThreadChoices) {
@@ -2027,9 +2552,8 @@ std::vector<Plan> candidates(DType dtype, Direction direction, int64_t instance_
     for (int s = 1; s <= kStreamMaxStages; ++s) all.push_back(Plan::stream(cs, s));
   }
   const int64_t slots = vector_slots(instance_size, vector_width(dtype));
-  std::vector<Plan> found;
   for (const Plan& plan : all) {
-    if (!refusal(dtype, direction, plan, instance_size).empty()) continue;
+    if (!refusal(dtype, direction, plan, shape).empty()) continue;
     const bool onchip = plan.regime == Regime::kOnchip || plan.regime == Regime::kCluster;
     if (tight && onchip && onchip_slots(plan) > 2 * slots + kTightExtraSlots) continue;
     found.push_back(plan);
@@ -2040,20 +2564,34 @@ std::vector<Plan> candidates(DType dtype, Direction direction, int64_t instance_
 // The largest instance (elements) that `plan` holds at every size up to it: onchip plans lose a
 // slot to a misaligned start; stream plans count only whole-vector sizes. -1: no limit; 0: the
 // plan cannot run on this device at all.
-int64_t capacity(DType dtype, Direction direction, const Plan& plan) {
+int64_t capacity(DType dtype, Direction direction, const Plan& plan, const Shape& shape) {
   if (!malformed(dtype, direction, plan).empty()) return 0;
-  if (plan.regime == Regime::kMultiCta) return -1;
+  if (plan.regime == Regime::kMultiCta || plan.regime == Regime::kClSplit) return -1;
+  if (plan.regime == Regime::kClOnchip) {  // K rows per thread, one thread along C at the limit
+    Shape probe = shape;
+    probe.channels_last = true;
+    probe.instance_size = int64_t(plan.vectors) * plan.threads;
+    return refusal(dtype, direction, plan, probe).empty() ? probe.instance_size : 0;
+  }
   const int vec = vector_width(dtype);
+  auto fits = [&](int64_t size) {
+    Shape probe = shape;
+    probe.instance_size = size;
+    probe.channels_last = false;
+    return refusal(dtype, direction, plan, probe).empty();
+  };
   if (plan.regime == Regime::kStream) {
     const int64_t per_stage = int64_t(inputs_of(direction)) * kVectorBytes * plan.stages;
     const int64_t smem_slice = (device_info().max_smem - kStaticSmemReserve) / per_stage;
     int64_t slice = std::min<int64_t>(int64_t(kStreamVectors) * kStreamThreads, smem_slice);
-    while (slice > 0 && !refusal(dtype, direction, plan, slice * plan.cluster * vec).empty()) slice /= 2;
+    while (slice > 0 && !fits(slice * plan.cluster * vec)) slice /= 2;
     return slice * plan.cluster * vec;
   }
   const int64_t guaranteed = (onchip_slots(plan) - 1) * vec + 1;
-  return refusal(dtype, direction, plan, guaranteed).empty() ? guaranteed : 0;
+  return fits(guaranteed) ? guaranteed : 0;
 }
+
+Shape nchw(int64_t instance_size) { return {instance_size, 1, false, false, 1}; }
 
 // The stream plan of the smallest cluster whose slices fit, with as many stages as fit.
 Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool* found) {
@@ -2063,7 +2601,7 @@ Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool
     if (stream_slice_vectors(instance_size, vector_width(dtype), cs) > int64_t(kStreamVectors) * kStreamThreads) continue;
     for (int stages = kStreamMaxStages; stages >= min_stages(direction); --stages) {
       const Plan plan = Plan::stream(cs, stages);
-      if (refusal(dtype, direction, plan, instance_size).empty()) {
+      if (refusal(dtype, direction, plan, nchw(instance_size)).empty()) {
         *found = true;
         return plan;
       }
@@ -2091,7 +2629,7 @@ Plan choose_forward(DType dtype, int64_t instance_size) {
   if (found) return stream;
   if (threads <= int64_t(kHeuristicClusterBlocks) * kMaxBlock && has_clusters()) {
     const Plan plan = Plan::clustered(kK, static_cast<int>(threads / kHeuristicCluster), kHeuristicCluster);
-    if (refusal(dtype, fwd, plan, instance_size).empty()) return plan;
+    if (refusal(dtype, fwd, plan, nchw(instance_size)).empty()) return plan;
   }
   return Plan::multi_cta();
 }
@@ -2101,26 +2639,45 @@ Plan choose_forward(DType dtype, int64_t instance_size) {
 Plan choose_backward(DType dtype, int64_t instance_size) {
   const Plan plan = choose_forward(dtype, instance_size);
   const bool onchip = plan.regime == Regime::kOnchip || plan.regime == Regime::kCluster;
-  if (onchip && refusal(dtype, Direction::kBackward, plan, instance_size).empty()) return plan;
+  if (onchip && refusal(dtype, Direction::kBackward, plan, nchw(instance_size)).empty()) return plan;
   bool found = false;
   const Plan stream = choose_stream(dtype, Direction::kBackward, instance_size, &found);
   return found ? stream : Plan::multi_cta();
 }
 
+// Channels-last input: one read with the onchip CTAs when they hold a whole column and are enough
+// to fill half the device (or the instances are tiny: the split family's three launches would
+// cost more), else the split sweeps.
+Plan choose_channels_last(DType dtype, Direction direction, const Shape& shape) {
+  const int threads = kClOnchipThreads / inputs_of(direction);
+  for (int k : {8, 2}) {  // more rows per thread first: more threads along C, wider row segments
+    const Plan plan = Plan::cl_onchip(k, threads);
+    if (!refusal(dtype, direction, plan, shape).empty()) continue;
+    const ClShape s = cl_shape(plan, dtype, direction, shape, shape.batch, 1);
+    if (shape.batch * s.tiles * 2 >= device_info().sms || shape.instance_size <= kClTinyRows) return plan;
+  }
+  return Plan::cl_split();
+}
+
 // Plan choice sits on the launch path of small, launch-bound shapes: remember it per device,
-// dtype, direction and instance size.
-Plan choose(DType dtype, Direction direction, int64_t instance_size) {
+// dtype, direction and shape.
+Plan choose(DType dtype, Direction direction, const Shape& shape) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int, int64_t>, Plan> cache;
+  static std::map<std::tuple<int, int, int, int64_t, int64_t, int, int64_t>, Plan> cache;
+  const int64_t instance_size = shape.instance_size;
+  const int layout = shape.channels_last ? (shape.cl_vectors ? 2 : 1) + 2 * int(shape.channels % vector_width(dtype) == 0) : 0;
   const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), static_cast<int>(dtype),
-                                   static_cast<int>(direction), instance_size);
+                                   static_cast<int>(direction), instance_size, layout ? shape.channels : 0, layout,
+                                   layout ? shape.batch : 0);
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const Plan plan = direction == Direction::kForward ? choose_forward(dtype, instance_size)
-                                                     : choose_backward(dtype, instance_size);
+  const bool cl = shape.channels_last && shape.channels % vector_width(dtype) == 0;  // keeps_layout()
+  const Plan plan = cl                                  ? choose_channels_last(dtype, direction, shape)
+                    : direction == Direction::kForward ? choose_forward(dtype, instance_size)
+                                                       : choose_backward(dtype, instance_size);
   std::lock_guard<std::mutex> lock(mutex);
   cache.emplace(key, plan);
   return plan;
@@ -2136,12 +2693,29 @@ void run(const Plan& plan, const Problem& problem) {
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int64_t P = problem.num_instances;
   Launch launch{};
-  at::Tensor workspace;  // multi_cta chunk partials, owned by the caching allocator
-  if (plan.regime == Regime::kMultiCta) {
-    const int64_t bytes = chunk_workspace_bytes(problem);
+  at::Tensor workspace;  // multi_cta and cl_split chunk partials, owned by the caching allocator
+  auto allocate = [&](int64_t bytes) {
     if (bytes > 0) {
       workspace = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, c10::cuda::current_device()));
     }
+  };
+  if (plan.channels_last()) {
+    const int64_t batch = problem.num_instances / problem.channels;
+    const Shape shape{problem.instance_size, problem.channels, true, problem.cl_vectors, batch};
+    launch.cl = cl_shape(plan, problem.dtype, problem.direction, shape, batch, device_info().sms);
+    launch.block = cl_block(launch.cl);
+    if (plan.regime == Regime::kClSplit) {
+      const bool partials = problem.direction == Direction::kBackward || problem.source == Source::kInstance;
+      if (partials) allocate(P * launch.cl.chunks * partial_bytes(problem.dtype, problem.direction));
+    } else {
+      launch.smem = static_cast<int>(cl_onchip_smem(launch.cl, problem.dtype, problem.direction));
+      IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan), 1,
+                              launch.block, launch.smem) > 0,
+               "instance_norm: plan ", describe(plan), " cannot run on this device");
+      launch.grid = static_cast<unsigned>(std::min<int64_t>(batch * launch.cl.tiles, kMaxGrid));
+    }
+  } else if (plan.regime == Regime::kMultiCta) {
+    allocate(chunk_workspace_bytes(problem));
   } else if (plan.regime == Regime::kStream) {
     const int64_t slice = stream_slice_vectors(problem.instance_size, vector_width(problem.dtype), plan.cluster);
     const int64_t smem = stream_smem(plan, slice, problem.direction);
@@ -2175,7 +2749,8 @@ void run(const Plan& plan, const Problem& problem) {
 // ---------------------------------------------------------------------------------------------
 void check_input(const at::Tensor& x) {
   IN_CHECK(x.is_cuda(), "instance_norm: expected a CUDA tensor, got one on ", x.device().str());
-  IN_CHECK(x.dim() == 4, "instance_norm: expected a 4-D (N, C, H, W) tensor, got ", std::to_string(x.dim()), "-D");
+  IN_CHECK(x.dim() >= 3, "instance_norm: expected an (N, C, *spatial) tensor of 3 or more dimensions, got ",
+           std::to_string(x.dim()), "-D");
   const auto t = x.scalar_type();
   TORCH_CHECK_NOT_IMPLEMENTED(t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble,
                               "instance_norm: expected a float16, bfloat16, float32 or float64 tensor, got ", t);
@@ -2205,13 +2780,91 @@ ChannelVector channel_vector(const c10::optional<at::Tensor>& t, const at::Tenso
   return {t->data_ptr(), dtype_of(s), t->numel() > 1 ? t->stride(0) : 1};
 }
 
-// NCHW-contiguous and 16-byte aligned, the layout every kernel reads.
-at::Tensor aligned_contiguous(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  return reinterpret_cast<uintptr_t>(c.data_ptr()) % kVectorBytes == 0 ? c : c.clone(at::MemoryFormat::Contiguous);
+int64_t spatial_size(const at::Tensor& x) {
+  int64_t m = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) m *= x.size(d);
+  return m;
 }
 
-Problem problem_of(const at::Tensor& x, at::Tensor& out, Direction direction, Source source) {
+bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % kVectorBytes == 0; }
+
+// NCHW-contiguous and 16-byte aligned, the layout every kernel but the channels-last ones reads.
+at::Tensor aligned_contiguous(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return aligned(c) ? c : c.clone(at::MemoryFormat::Contiguous);
+}
+
+// Channels-last strides of any rank: C innermost, then the spatial dims, then N (channels_last for
+// 4-D, channels_last_3d for 5-D, (N, L, C) in memory for 3-D). Integers or symbolic sizes (Meta).
+template <typename I>
+std::vector<I> channels_last_strides(c10::ArrayRef<I> sizes) {
+  std::vector<I> strides(sizes.size(), I(1));
+  I running = sizes[1];
+  for (size_t d = sizes.size() - 1; d >= 2; --d) {
+    strides[d] = running;
+    running = running * sizes[d];
+  }
+  strides[0] = running;
+  return strides;
+}
+
+// Whether the channels-last kernels read x as it is: stride 1 along C and the rest dense in
+// channels-last order, ignoring dims of size 1. C = 1, a single spatial element or no elements at
+// all read as NCHW (the layouts coincide, or there is nothing to read).
+template <typename I>
+bool is_channels_last(c10::ArrayRef<I> sizes, c10::ArrayRef<I> strides) {
+  if (sizes.size() < 3 || sizes[0] == 0 || sizes[1] == 0 || sizes[1] == 1) return false;
+  I m = sizes[2];
+  for (size_t d = 3; d < sizes.size(); ++d) m = m * sizes[d];
+  if (m == 1 || m == 0) return false;
+  const std::vector<I> expected = channels_last_strides(sizes);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] != 1 && strides[d] != expected[d]) return false;
+  }
+  return true;
+}
+
+bool is_channels_last(const at::Tensor& x) { return is_channels_last<int64_t>(x.sizes(), x.strides()); }
+
+// The output of a call: channels-last like x for the channels-last plans, otherwise NCHW.
+at::Tensor empty_output(const at::Tensor& x, bool channels_last) {
+  if (!channels_last) return at::empty(x.sizes(), x.options());
+  return at::empty_strided(x.sizes(), channels_last_strides<int64_t>(x.sizes()), x.options());
+}
+
+// Whether the channels-last plans serve channels-last input by default (and the output keeps its
+// layout): when C fills whole 16-byte vectors. Otherwise a thread would read one element per row
+// (C = 3 RGB planes, C = 2...), slower than copying to NCHW; those inputs take the NCHW plans, as
+// before, and get NCHW output; the cl plans still serve them when forced. Meta kernels apply the
+// same rule (it depends on sizes and strides only, not on the data pointer's alignment).
+template <typename I>
+bool keeps_layout(c10::ArrayRef<I> sizes, c10::ArrayRef<I> strides, DType dtype) {
+  return is_channels_last<I>(sizes, strides) && sizes[1] % vector_width(dtype) == 0;
+}
+
+// What the plan choice sees of x.
+Shape shape_of(const at::Tensor& x) {
+  const bool cl = is_channels_last(x);
+  const int64_t vec = vector_width(dtype_of(x.scalar_type()));
+  return {spatial_size(x), x.size(1), cl, cl && x.size(1) % vec == 0 && aligned(x), x.size(0)};
+}
+
+// x as a plan reads it: as it is for the channels-last plans (x is channels-last dense then), an
+// aligned NCHW copy otherwise.
+at::Tensor input_for(const at::Tensor& x, const Plan& plan) { return plan.channels_last() ? x : aligned_contiguous(x); }
+
+// Another tensor of x's shape (dy, the residual) in the layout of the x the kernels read: as it is
+// where it already lies so (and is aligned when the kernels use vectors), else a copy.
+at::Tensor like_input(const at::Tensor& t, const at::Tensor& x, bool channels_last, bool vectors) {
+  if (!channels_last) return aligned_contiguous(t);
+  if (is_channels_last(t) && (!vectors || aligned(t))) return t;
+  at::Tensor c = empty_output(x, true);
+  c.copy_(t);
+  return c;
+}
+
+Problem problem_of(const at::Tensor& x, at::Tensor& out, Direction direction, Source source, const Plan& plan,
+                   const Shape& shape) {
   Problem pr{};
   pr.dtype = dtype_of(x.scalar_type());
   pr.direction = direction;
@@ -2219,14 +2872,17 @@ Problem problem_of(const at::Tensor& x, at::Tensor& out, Direction direction, So
   pr.x = x.data_ptr();
   pr.out = out.data_ptr();
   pr.num_instances = x.size(0) * x.size(1);
-  pr.instance_size = x.size(2) * x.size(3);
+  pr.instance_size = spatial_size(x);
   pr.channels = x.size(1);
+  pr.cl_vectors = plan.channels_last() && shape.cl_vectors;
   return pr;
 }
 
 Plan plan_from(at::IntArrayRef fields) {
   IN_CHECK(fields.size() == 5, "instance_norm: a plan is [regime, vectors, threads, cluster, stages]");
-  IN_CHECK(fields[0] >= 0 && fields[0] <= 3, "instance_norm: regime must be 0 (multi_cta), 1 (onchip), 2 (cluster) or 3 (stream)");
+  IN_CHECK(fields[0] >= 0 && fields[0] <= 5,
+           "instance_norm: regime must be 0 (multi_cta), 1 (onchip), 2 (cluster), 3 (stream), 4 (cl_onchip) or 5 "
+           "(cl_split)");
   for (int64_t f : fields) IN_CHECK(f >= 0 && f <= kMaxBlock, "instance_norm: plan field out of range");
   return {static_cast<Regime>(fields[0]), static_cast<int>(fields[1]), static_cast<int>(fields[2]),
           static_cast<int>(fields[3]), static_cast<int>(fields[4])};
@@ -2236,11 +2892,13 @@ std::vector<int64_t> fields_of(const Plan& plan) {
   return {static_cast<int64_t>(plan.regime), plan.vectors, plan.threads, plan.cluster, plan.stages};
 }
 
-// Checks a forced plan against the problem, or chooses one.
-Plan plan_for(const Problem& pr, const std::vector<int64_t>* forced) {
-  if (forced == nullptr) return choose(pr.dtype, pr.direction, pr.instance_size);
+// Checks a forced plan against the input, or chooses one.
+Plan plan_for(const at::Tensor& x, const Shape& shape, Direction direction, const std::vector<int64_t>* forced,
+              bool epilogue) {
+  const DType dtype = dtype_of(x.scalar_type());
+  if (forced == nullptr) return choose(dtype, direction, shape);
   const Plan plan = plan_from(*forced);
-  const std::string why = refusal(pr.dtype, pr.direction, plan, pr.instance_size, has_epilogue(pr));
+  const std::string why = refusal(dtype, direction, plan, shape, epilogue);
   IN_CHECK(why.empty(), "instance_norm: ", why);
   return plan;
 }
@@ -2258,8 +2916,13 @@ Activation activation_of(int64_t act) {
   return static_cast<Activation>(act);
 }
 
-// Sets the problem's epilogue; returns the residual as the kernels read it (undefined if none).
-at::Tensor apply_epilogue(Problem& pr, const Epilogue& epi, const at::Tensor& x) {
+bool epilogue_of(const Epilogue& epi) {
+  return epi.act != 0 || (epi.residual.has_value() && epi.residual->defined());
+}
+
+// Sets the problem's epilogue; returns the residual as the kernels read it (undefined if none), in
+// the layout of x as the kernels read it.
+at::Tensor apply_epilogue(Problem& pr, const Epilogue& epi, const at::Tensor& x, const Plan& plan) {
   pr.act = activation_of(epi.act);
   pr.slope = epi.slope;
   if (!epi.residual.has_value() || !epi.residual->defined()) return at::Tensor();
@@ -2273,7 +2936,7 @@ at::Tensor apply_epilogue(Problem& pr, const Epilogue& epi, const at::Tensor& x)
            "instance_norm: the residual must have the input's shape, dtype and device: got ", shape(r.sizes()), " ",
            c10::toString(r.scalar_type()), " on ", r.device().str(), " for an input ", shape(x.sizes()), " ",
            c10::toString(x.scalar_type()), " on ", x.device().str());
-  at::Tensor residual = aligned_contiguous(r);
+  at::Tensor residual = like_input(r, x, plan.channels_last(), pr.cl_vectors);
   pr.residual = residual.data_ptr();
   return residual;
 }
@@ -2312,16 +2975,17 @@ std::tuple<at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, const c
                                                 const std::vector<int64_t>* forced, const Epilogue& epi) {
   check_input(input);
   c10::cuda::CUDAGuard guard(input.device());
-  at::Tensor x = aligned_contiguous(input);
-  at::Tensor y = at::empty(x.sizes(), x.options());
+  const Shape shape = shape_of(input);
+  const Plan plan = plan_for(input, shape, Direction::kForward, forced, epilogue_of(epi));
+  at::Tensor x = input_for(input, plan);
+  at::Tensor y = empty_output(x, plan.channels_last());
   at::Tensor stats = at::empty({2, x.size(0) * x.size(1)}, x.options().dtype(accumulation_type(x)));
-  Problem pr = problem_of(x, y, Direction::kForward, Source::kInstance);
-  const at::Tensor residual = apply_epilogue(pr, epi, x);
+  Problem pr = problem_of(x, y, Direction::kForward, Source::kInstance, plan, shape);
+  const at::Tensor residual = apply_epilogue(pr, epi, x, plan);
   pr.weight = channel_vector(weight, x, "weight");
   pr.bias = channel_vector(bias, x, "bias");
   pr.stats = stats.data_ptr();
   pr.eps = eps;
-  const Plan plan = plan_for(pr, forced);
   if (x.numel() == 0) {  // no elements: the statistics of nothing
     C10_CUDA_CHECK(launch_fill(output_vector(stats), stats.numel(), std::numeric_limits<double>::quiet_NaN(),
                                c10::cuda::getCurrentCUDAStream()));
@@ -2347,19 +3011,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(const at::Tensor& g
   IN_CHECK(stats_in.dim() == 2 && stats_in.size(0) == 2 && stats_in.size(1) == P && stats_in.scalar_type() == acc &&
                stats_in.device() == input.device(),
            "instance_norm backward: stats must be the forward's (2, N*C) statistics");
-  at::Tensor x = aligned_contiguous(input);
-  at::Tensor dy = aligned_contiguous(grad_out);
+  const Shape shape = shape_of(input);
+  const Plan plan = plan_for(input, shape, Direction::kBackward, forced, epilogue_of(epi));
+  at::Tensor x = input_for(input, plan);
   at::Tensor stats = stats_in.contiguous();
-  at::Tensor dx = at::empty(x.sizes(), x.options());
+  at::Tensor dx = empty_output(x, plan.channels_last());
   at::Tensor sums = at::empty({2, P}, x.options().dtype(acc));
-  Problem pr = problem_of(x, dx, Direction::kBackward, Source::kInstance);
-  apply_epilogue(pr, epi, x);
+  Problem pr = problem_of(x, dx, Direction::kBackward, Source::kInstance, plan, shape);
+  at::Tensor dy = like_input(grad_out, x, plan.channels_last(), pr.cl_vectors);
+  apply_epilogue(pr, epi, x, plan);
   pr.dy = dy.data_ptr();
   pr.weight = channel_vector(weight, x, "weight");
   pr.bias = channel_vector(bias, x, "bias");
   pr.stats = stats.data_ptr();
   pr.sums = sums.data_ptr();
-  const Plan plan = plan_for(pr, forced);
   if (x.numel() > 0) run(plan, pr);
   auto [dweight, dbias] = channel_gradients(pr, weight, bias, x);
   return {dx, dweight, dbias};
@@ -2402,7 +3067,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_with_plan(const at::Tens
 }
 
 // Eval mode with running statistics: a per-channel affine map, through the multi_cta family's
-// single-read sweeps.
+// single-read sweeps (channels-last input: the cl_split family's).
 void check_running(const at::Tensor& x, const at::Tensor& running_mean, const at::Tensor& running_var) {
   for (const at::Tensor* t : {&running_mean, &running_var}) {
     IN_CHECK(t->device() == x.device() && t->dim() == 1 && t->numel() == x.size(1),
@@ -2416,17 +3081,21 @@ at::Tensor eval_forward(const at::Tensor& input, const at::Tensor& running_mean,
   check_input(input);
   check_running(input, running_mean, running_var);
   c10::cuda::CUDAGuard guard(input.device());
-  at::Tensor x = aligned_contiguous(input);
-  at::Tensor y = at::empty(x.sizes(), x.options());
-  Problem pr = problem_of(x, y, Direction::kForward, Source::kRunning);
-  const at::Tensor residual = apply_epilogue(pr, Epilogue{act, slope, residual_in}, x);
+  const Shape shape = shape_of(input);
+  const Plan plan = keeps_layout<int64_t>(input.sizes(), input.strides(), dtype_of(input.scalar_type()))
+                        ? Plan::cl_split()
+                        : Plan::multi_cta();
+  at::Tensor x = input_for(input, plan);
+  at::Tensor y = empty_output(x, plan.channels_last());
+  Problem pr = problem_of(x, y, Direction::kForward, Source::kRunning, plan, shape);
+  const at::Tensor residual = apply_epilogue(pr, Epilogue{act, slope, residual_in}, x, plan);
   if (x.numel() == 0) return y;
   pr.weight = channel_vector(weight, x, "weight");
   pr.bias = channel_vector(bias, x, "bias");
   pr.running_mean = channel_vector(running_mean, x, "running_mean");
   pr.running_var = channel_vector(running_var, x, "running_var");
   pr.eps = eps;
-  run(Plan::multi_cta(), pr);
+  run(plan, pr);
   return y;
 }
 
@@ -2442,12 +3111,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward(const at::Tensor& g
                grad_out.device() == input.device(),
            "instance_norm backward: grad_output must match the input's shape, dtype and device");
   c10::cuda::CUDAGuard guard(input.device());
-  at::Tensor x = aligned_contiguous(input);
-  at::Tensor dy = aligned_contiguous(grad_out);
-  at::Tensor dx = at::empty(x.sizes(), x.options());
+  const Shape shape = shape_of(input);
+  const Plan plan = keeps_layout<int64_t>(input.sizes(), input.strides(), dtype_of(input.scalar_type()))
+                        ? Plan::cl_split()
+                        : Plan::multi_cta();
+  at::Tensor x = input_for(input, plan);
+  at::Tensor dx = empty_output(x, plan.channels_last());
   at::Tensor sums = at::empty({2, x.size(0) * x.size(1)}, x.options().dtype(accumulation_type(x)));
-  Problem pr = problem_of(x, dx, Direction::kBackward, Source::kRunning);
-  apply_epilogue(pr, Epilogue{act, slope, c10::nullopt}, x);
+  Problem pr = problem_of(x, dx, Direction::kBackward, Source::kRunning, plan, shape);
+  at::Tensor dy = like_input(grad_out, x, plan.channels_last(), pr.cl_vectors);
+  apply_epilogue(pr, Epilogue{act, slope, c10::nullopt}, x, plan);
   pr.dy = dy.data_ptr();
   pr.weight = channel_vector(weight, x, "weight");
   pr.bias = channel_vector(bias, x, "bias");
@@ -2455,7 +3128,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward(const at::Tensor& g
   pr.running_var = channel_vector(running_var, x, "running_var");
   pr.sums = sums.data_ptr();
   pr.eps = eps;
-  if (x.numel() > 0) run(Plan::multi_cta(), pr);
+  if (x.numel() > 0) run(plan, pr);
   auto [dweight, dbias] = channel_gradients(pr, weight, bias, x);
   return {dx, dweight, dbias};
 }
@@ -2490,7 +3163,7 @@ std::vector<int64_t> candidate_plans(const at::Tensor& x, bool backward, bool ti
   check_input(x);
   c10::cuda::CUDAGuard guard(x.device());
   std::vector<int64_t> flat;
-  for (const Plan& plan : candidates(dtype_of(x.scalar_type()), direction_of(backward), x.size(2) * x.size(3), tight)) {
+  for (const Plan& plan : candidates(dtype_of(x.scalar_type()), direction_of(backward), shape_of(x), tight)) {
     for (int64_t f : fields_of(plan)) flat.push_back(f);
   }
   return flat;
@@ -2499,19 +3172,19 @@ std::vector<int64_t> candidate_plans(const at::Tensor& x, bool backward, bool ti
 std::vector<int64_t> choose_plan(const at::Tensor& x, bool backward) {
   check_input(x);
   c10::cuda::CUDAGuard guard(x.device());
-  return fields_of(choose(dtype_of(x.scalar_type()), direction_of(backward), x.size(2) * x.size(3)));
+  return fields_of(choose(dtype_of(x.scalar_type()), direction_of(backward), shape_of(x)));
 }
 
 std::string plan_refusal(const at::Tensor& x, at::IntArrayRef plan, bool backward) {
   check_input(x);
   c10::cuda::CUDAGuard guard(x.device());
-  return refusal(dtype_of(x.scalar_type()), direction_of(backward), plan_from(plan), x.size(2) * x.size(3));
+  return refusal(dtype_of(x.scalar_type()), direction_of(backward), plan_from(plan), shape_of(x));
 }
 
 int64_t plan_capacity(const at::Tensor& x, at::IntArrayRef plan, bool backward) {
   check_input(x);
   c10::cuda::CUDAGuard guard(x.device());
-  return capacity(dtype_of(x.scalar_type()), direction_of(backward), plan_from(plan));
+  return capacity(dtype_of(x.scalar_type()), direction_of(backward), plan_from(plan), shape_of(x));
 }
 
 std::string describe_plan(at::IntArrayRef plan) { return describe(plan_from(plan)); }
@@ -2523,9 +3196,33 @@ at::TensorOptions acc_options(const at::Tensor& x) { return x.options().dtype(ac
 
 using OptTensor = c10::optional<at::Tensor>;
 
-std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& x, const OptTensor&, const OptTensor&, double) {
-  return {at::empty_symint(x.sym_sizes(), x.options()),
+// The output's layout as the CUDA kernels make it: channels-last like x when a channels-last plan
+// serves x (the default for channels-last dense input), NCHW-contiguous otherwise.
+bool channels_last_meta(const at::Tensor& x) {
+  return x.dim() >= 3 && keeps_layout<c10::SymInt>(x.sym_sizes(), x.sym_strides(), dtype_of(x.scalar_type()));
+}
+
+at::Tensor empty_output_meta(const at::Tensor& x, bool channels_last) {
+  if (!channels_last) return at::empty_symint(x.sym_sizes(), x.options());
+  return at::empty_strided_symint(x.sym_sizes(), channels_last_strides<c10::SymInt>(x.sym_sizes()), x.options());
+}
+
+// A forced plan decides the layout; a channels-last plan needs channels-last input.
+bool planned_layout_meta(const at::Tensor& x, at::IntArrayRef fields) {
+  const Plan plan = plan_from(fields);
+  if (!plan.channels_last()) return false;
+  IN_CHECK(x.dim() >= 3 && is_channels_last<c10::SymInt>(x.sym_sizes(), x.sym_strides()),
+           "instance_norm: the channels-last plans (cl_onchip, cl_split) need channels-last input");
+  return true;
+}
+
+std::tuple<at::Tensor, at::Tensor> forward_meta_as(const at::Tensor& x, bool channels_last) {
+  return {empty_output_meta(x, channels_last),
           at::empty_symint({c10::SymInt(2), x.sym_size(0) * x.sym_size(1)}, acc_options(x))};
+}
+
+std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& x, const OptTensor&, const OptTensor&, double) {
+  return forward_meta_as(x, channels_last_meta(x));
 }
 
 // The epilogue's checks under torch.compile (fake tensors), as the CUDA kernels make them.
@@ -2544,10 +3241,10 @@ std::tuple<at::Tensor, at::Tensor> fused_forward_meta(const at::Tensor& x, const
 }
 
 std::tuple<at::Tensor, at::Tensor> forward_with_plan_meta(const at::Tensor& x, const OptTensor& w, const OptTensor& b,
-                                                          double eps, at::IntArrayRef, const OptTensor& residual,
+                                                          double, at::IntArrayRef plan, const OptTensor& residual,
                                                           int64_t act, double) {
   check_epilogue_meta(x, residual, act);
-  return forward_meta(x, w, b, eps);
+  return forward_meta_as(x, planned_layout_meta(x, plan));
 }
 
 at::Tensor gradient_like(const OptTensor& param, const at::Tensor& x) {
@@ -2559,20 +3256,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_meta(const at::Tensor&, 
                                                              const OptTensor& weight, const OptTensor& bias,
                                                              const at::Tensor&, int64_t act, double) {
   activation_of(act);
-  return {at::empty_symint(x.sym_sizes(), x.options()), gradient_like(weight, x), gradient_like(bias, x)};
+  return {empty_output_meta(x, channels_last_meta(x)), gradient_like(weight, x), gradient_like(bias, x)};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_with_plan_meta(const at::Tensor& dy, const at::Tensor& x,
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_with_plan_meta(const at::Tensor&, const at::Tensor& x,
                                                                        const OptTensor& weight, const OptTensor& bias,
-                                                                       const at::Tensor& stats, at::IntArrayRef,
-                                                                       int64_t act, double slope) {
-  return backward_meta(dy, x, weight, bias, stats, act, slope);
+                                                                       const at::Tensor&, at::IntArrayRef plan,
+                                                                       int64_t act, double) {
+  activation_of(act);
+  return {empty_output_meta(x, planned_layout_meta(x, plan)), gradient_like(weight, x), gradient_like(bias, x)};
 }
 
 at::Tensor eval_forward_meta(const at::Tensor& x, const at::Tensor&, const at::Tensor&, const OptTensor&,
                              const OptTensor&, double, const OptTensor& residual, int64_t act, double) {
   check_epilogue_meta(x, residual, act);
-  return at::empty_symint(x.sym_sizes(), x.options());
+  return empty_output_meta(x, channels_last_meta(x));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward_meta(const at::Tensor&, const at::Tensor& x,
@@ -2580,7 +3278,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward_meta(const at::Tens
                                                                   const OptTensor& weight, const OptTensor& bias,
                                                                   double, int64_t act, double) {
   activation_of(act);
-  return {at::empty_symint(x.sym_sizes(), x.options()), gradient_like(weight, x), gradient_like(bias, x)};
+  return {empty_output_meta(x, channels_last_meta(x)), gradient_like(weight, x), gradient_like(bias, x)};
 }
 
 void update_running_stats_meta(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, int64_t, double,
@@ -2727,7 +3425,7 @@ class Refusing : public torch::autograd::Function<Refusing<Call>> {
     return {dx, dweight, dbias};
   }
   static variable_list backward(AutogradContext*, variable_list) {
-    IN_CHECK(false, "InstanceNorm2d (instance_norm.ModelNew): double backward is not supported");
+    IN_CHECK(false, "instance_norm (ModelNew, InstanceNorm1d/3d): double backward is not supported");
     return {};
   }
 };
@@ -2885,7 +3583,7 @@ if torch.cuda.is_available():
 # --------------------------------------------------------------------------------------------------
 # Kernel plans (the plan space itself lives in the host C++; these wrap its ops)
 # --------------------------------------------------------------------------------------------------
-_REGIMES = ("multi_cta", "onchip", "cluster", "stream")
+_REGIMES = ("multi_cta", "onchip", "cluster", "stream", "cl_onchip", "cl_split")
 
 
 class Plan(NamedTuple):
@@ -2913,6 +3611,16 @@ class Plan(NamedTuple):
     @classmethod
     def stream(cls, cluster, stages):
         return cls("stream", 8, 512, cluster, stages)
+
+    @classmethod
+    def cl_onchip(cls, rows, threads):
+        """Channels-last input, a CTA per (sample, channel tile) holding ``rows`` rows per thread."""
+        return cls("cl_onchip", rows, threads, 1, 0)
+
+    @classmethod
+    def cl_split(cls):
+        """Channels-last input: partial sweep, merge, element-map sweep."""
+        return cls("cl_split")
 
     @classmethod
     def from_fields(cls, fields):
@@ -2968,11 +3676,10 @@ _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 ACTIVATIONS = ("identity", "relu", "leaky_relu", "silu", "gelu", "gelu_tanh")
 
 
-class ModelNew(nn.InstanceNorm2d):
-    """``nn.InstanceNorm2d`` with the normalization done by this file's CUDA kernels.
-
-    Same constructor, parameters, buffers, state_dict and errors as ``nn.InstanceNorm2d``.
-    """
+class _Kernels:
+    """The forward of the instance norm modules below, for any spatial rank: PyTorch's checks and
+    errors (``_check_input_dim`` and ``_get_no_batch_dim`` come from the nn class), then this file's
+    ops. Channels-last input keeps its layout (see the README)."""
 
     _act = 0  # the epilogue's activation code and slope (InstanceNormAct2d sets them)
     _slope = 0.0
@@ -2981,9 +3688,8 @@ class ModelNew(nn.InstanceNorm2d):
         return self._forward(x, None)
 
     def _forward(self, x, residual):
-        if x.dim() not in (3, 4):
-            raise ValueError(f"expected 3D or 4D input (got {x.dim()}D input)")
-        feature_dim = x.dim() - 3
+        self._check_input_dim(x)
+        feature_dim = x.dim() - self._get_no_batch_dim()
         if x.size(feature_dim) != self.num_features:
             if self.affine:
                 raise ValueError(
@@ -3003,22 +3709,23 @@ class ModelNew(nn.InstanceNorm2d):
                 f"the residual ({tuple(residual.shape)}, {residual.dtype}, {residual.device}) must have the input's"
                 f" shape, dtype and device ({tuple(x.shape)}, {x.dtype}, {x.device})"
             )
-        if x.dim() == 3:
+        if x.dim() == self._get_no_batch_dim():
             return self._normalize(x.unsqueeze(0), None if residual is None else residual.unsqueeze(0)).squeeze(0)
         return self._normalize(x, residual)
 
     def _normalize(self, x, residual):
+        name = type(self).__name__
         if not x.is_floating_point() or x.is_complex() or x.dtype not in _KERNEL_DTYPES:
             raise NotImplementedError(
-                f"InstanceNorm2d: input dtype {x.dtype} is not supported; "
-                "expected float16, bfloat16, float32 or float64"
+                f"{name}: input dtype {x.dtype} is not supported; expected float16, bfloat16, float32 or float64"
             )
         use_input_stats = self.training or not self.track_running_stats
-        if use_input_stats and x.size(2) * x.size(3) == 1:
+        spatial = _spatial_size(x)
+        if use_input_stats and spatial == 1:
             raise ValueError(f"Expected more than 1 spatial element when training, got input size {x.size()}")
         if x.size(0) == 0 and self.affine:
-            # What nn.InstanceNorm2d does with an empty batch and affine parameters, kept for parity.
-            raise IndexError("InstanceNorm2d: an empty batch with affine=True (nn.InstanceNorm2d raises IndexError too)")
+            # What PyTorch's instance norms do with an empty batch and affine parameters, kept for parity.
+            raise IndexError(f"{name}: an empty batch with affine=True (PyTorch's instance norms raise IndexError too)")
         momentum = self.momentum if self.momentum is not None else 0.0
         update = self.training and self.track_running_stats
         if not x.is_cuda:
@@ -3035,10 +3742,31 @@ class ModelNew(nn.InstanceNorm2d):
         else:
             y, stats = _ops.fused_forward(x, self.weight, self.bias, residual, self.eps, self._act, self._slope)
         if update:
-            _ops.update_running_stats(
-                stats, self.running_mean, self.running_var, x.size(0), x.size(2) * x.size(3), momentum, self.eps
-            )
+            _ops.update_running_stats(stats, self.running_mean, self.running_var, x.size(0), spatial, momentum, self.eps)
         return y
+
+
+def _spatial_size(x):
+    size = 1
+    for s in x.shape[2:]:
+        size *= s
+    return size
+
+
+class ModelNew(_Kernels, nn.InstanceNorm2d):
+    """``nn.InstanceNorm2d`` with the normalization done by this file's CUDA kernels.
+
+    Same constructor, parameters, buffers, state_dict and errors as ``nn.InstanceNorm2d``.
+    """
+
+
+class InstanceNorm1d(_Kernels, nn.InstanceNorm1d):
+    """``nn.InstanceNorm1d`` on (N, C, L) or (C, L), run by the same kernels (an instance is the L elements)."""
+
+
+class InstanceNorm3d(_Kernels, nn.InstanceNorm3d):
+    """``nn.InstanceNorm3d`` on (N, C, D, H, W) or (C, D, H, W), run by the same kernels (an instance is the
+    D*H*W elements; channels_last_3d input keeps its layout)."""
 
 
 class InstanceNormAct2d(ModelNew):
@@ -3104,10 +3832,12 @@ def _cpu_instance_norm(module, x, use_input_stats, update, momentum):
     """The CPU path, with plain tensor operations in float64 (CPU tensors are PyTorch's to compute)."""
     c = x.size(1)
     xd = x.double()
+    dims = tuple(range(2, x.dim()))
+    channel_view = (1, c) + (1,) * len(dims)
     if use_input_stats:
-        mean = xd.mean(dim=(2, 3), keepdim=True)
-        var = (xd - mean).square().mean(dim=(2, 3), keepdim=True)
-        count = x.size(2) * x.size(3)
+        mean = xd.mean(dim=dims, keepdim=True)
+        var = (xd - mean).square().mean(dim=dims, keepdim=True)
+        count = _spatial_size(x)
         if update and (count > 0 or x.size(0) == 0):  # instances of no elements leave them as they are
             with torch.no_grad():
                 # An empty batch averages nothing (NaN); count > 1 here (one element raised above).
@@ -3116,13 +3846,13 @@ def _cpu_instance_norm(module, x, use_input_stats, update, momentum):
                 for buffer, value in ((module.running_mean, batch_mean), (module.running_var, batch_var)):
                     buffer.copy_((buffer.double() * (1 - momentum) + value * momentum).to(buffer.dtype))
     else:
-        mean = module.running_mean.double().view(1, c, 1, 1)
-        var = module.running_var.double().view(1, c, 1, 1)
+        mean = module.running_mean.double().view(channel_view)
+        var = module.running_var.double().view(channel_view)
     y = (xd - mean) * (var + module.eps).rsqrt()
     if module.weight is not None:
-        y = y * module.weight.double().view(1, c, 1, 1)
+        y = y * module.weight.double().view(channel_view)
     if module.bias is not None:
-        y = y + module.bias.double().view(1, c, 1, 1)
+        y = y + module.bias.double().view(channel_view)
     return y.to(x.dtype)
 
 

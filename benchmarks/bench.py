@@ -5,6 +5,7 @@
                                [--shapes sweep|main|quick|NxCxHxW,...] [--out DIR] [--seed S]
     python benchmarks/bench.py --fused [--quick] [--dtypes ...] [--shapes ...] [--out DIR] [--seed S]
     python benchmarks/bench.py --dry-run ...   # check the arguments and list the cases, no CUDA
+    python benchmarks/bench.py --layouts [--quick] [--backward] ...   # channels_last and 3-D (layouts.py)
 
 Per shape and dtype (lists in benchmarks/shapes.py, shared with tune.py):
 1. Correctness, before any timing: fresh random input every run (randn times a scale in [1/4, 4]
@@ -680,4 +681,8 @@ def bench_norm(cases, args, rng, meta):
 
 
 if __name__ == "__main__":
+    if "--layouts" in sys.argv[1:]:  # issue 11's tables: channels_last 2-D, and 3-D in both layouts
+        import layouts
+
+        sys.exit(layouts.main([a for a in sys.argv[1:] if a != "--layouts"]))
     sys.exit(main())

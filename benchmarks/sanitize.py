@@ -3,11 +3,15 @@
     compute-sanitizer --tool memcheck  python benchmarks/sanitize.py
     compute-sanitizer --tool racecheck python benchmarks/sanitize.py
     compute-sanitizer --tool synccheck python benchmarks/sanitize.py
+    compute-sanitizer --tool memcheck  python benchmarks/sanitize.py --layouts   # channels-last only
 
 Each shape runs the first and the last plan of every regime the host lists for it
 (instance_norm.candidate_plans, tight), so the sanitizers see every regime the plan space has: a warp per instance, a CTA per instance, clusters,
 the stream kernel (with more instances than resident clusters, so the stage ring wraps), multi_cta,
 and eval mode's running-statistics sweeps; odd sizes included; each with and without an epilogue.
+Then the same for channels-last input (the cl_onchip and cl_split plans: 16-byte vectors along C,
+one element per access for odd C, and an input that is not 16-byte aligned), 2-D and 3-D;
+--layouts runs only those.
 """
 
 import os
@@ -30,32 +34,55 @@ def per_regime(plans):
     return [p for group in chosen.values() for p in dict.fromkeys((group[0], group[-1]))]
 
 
+CL_SHAPES = [(3, 8, 7, 9), (2, 5, 33, 31), (2, 64, 7, 7), (1, 16, 67, 301), (2, 8, 5, 6, 7)]
+
+
+def channels_last(t, misaligned=False):
+    """t in channels-last memory (any rank), optionally one element past a 16-byte boundary."""
+    perm = [0] + list(range(2, t.dim())) + [1]
+    if not misaligned:
+        return t.permute(perm).contiguous().permute([perm.index(i) for i in range(t.dim())])
+    flat = torch.empty(t.numel() + 1, device=t.device, dtype=t.dtype)
+    body = flat[1:].view([t.shape[i] for i in perm])
+    body.copy_(t.permute(perm))
+    return body.permute([perm.index(i) for i in range(t.dim())])
+
+
+only_layouts = "--layouts" in sys.argv[1:]
+cases = [] if only_layouts else [(dtype, shape, False) for dtype in (torch.float32, torch.bfloat16) for shape in SHAPES]
+cases += [(dtype, shape, True) for dtype in (torch.float32, torch.bfloat16) for shape in CL_SHAPES]
 runs = 0
-for dtype in (torch.float32, torch.bfloat16):
-    for shape in SHAPES:
-        x = torch.randn(shape, device="cuda", dtype=dtype)
-        w = torch.randn(shape[1], device="cuda")
-        dy = torch.randn_like(x)
-        r = torch.randn_like(x)
-        for plan in per_regime(instance_norm.candidate_plans(x, tight=True)):
-            instance_norm.forward_with_plan(x, w, w, 1e-5, plan)
-            instance_norm.forward_with_plan(x, w, w, 1e-5, plan, r, 3, 0.0)  # epilogue kernels: silu + residual
-            runs += 2
-        _, stats = ops.forward(x, w, w, 1e-5)
-        for plan in per_regime(instance_norm.candidate_plans(x, backward=True, tight=True)):
-            instance_norm.backward_with_plan(dy, x, w, w, stats, plan)
-            instance_norm.backward_with_plan(dy, x, w, w, stats, plan, 4, 0.0)  # gelu's backward
-            runs += 2
-        rm, rv = torch.randn(shape[1], device="cuda"), torch.rand(shape[1], device="cuda") + 0.5
-        ops.eval_forward(x, rm, rv, w, w, 1e-5)
-        ops.eval_forward(x, rm, rv, w, w, 1e-5, r, 2, 0.2)
-        ops.eval_backward(dy, x, rm, rv, w, w, 1e-5)
-        ops.eval_backward(dy, x, rm, rv, w, w, 1e-5, 2, 0.2)
-        ops.update_running_stats(stats, rm, rv, shape[0], shape[2] * shape[3], 0.1, 1e-5)
+for index, (dtype, shape, cl) in enumerate(cases):
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    if cl:
+        x = channels_last(x, misaligned=index % 3 == 2)
+    w = torch.randn(shape[1], device="cuda")
+    dy = torch.randn_like(x)
+    r = torch.randn_like(x)
+    if cl:
+        dy, r = channels_last(dy), channels_last(r)
+    for plan in per_regime(instance_norm.candidate_plans(x, tight=True)):
+        instance_norm.forward_with_plan(x, w, w, 1e-5, plan)
+        instance_norm.forward_with_plan(x, w, w, 1e-5, plan, r, 3, 0.0)  # epilogue kernels: silu + residual
+        runs += 2
+    _, stats = ops.forward(x, w, w, 1e-5)
+    for plan in per_regime(instance_norm.candidate_plans(x, backward=True, tight=True)):
+        instance_norm.backward_with_plan(dy, x, w, w, stats, plan)
+        instance_norm.backward_with_plan(dy, x, w, w, stats, plan, 4, 0.0)  # gelu's backward
+        runs += 2
+    rm, rv = torch.randn(shape[1], device="cuda"), torch.rand(shape[1], device="cuda") + 0.5
+    ops.eval_forward(x, rm, rv, w, w, 1e-5)
+    ops.eval_forward(x, rm, rv, w, w, 1e-5, r, 2, 0.2)
+    ops.eval_backward(dy, x, rm, rv, w, w, 1e-5)
+    ops.eval_backward(dy, x, rm, rv, w, w, 1e-5, 2, 0.2)
+    ops.update_running_stats(stats, rm, rv, shape[0], x[0, 0].numel(), 0.1, 1e-5)
 x = torch.randn(2, 3, 129, 127, device="cuda", dtype=torch.float64)  # float64: multi_cta only
 y, stats = ops.forward(x, None, None, 1e-5)
 ops.backward(torch.randn_like(x), x, None, None, stats)
 y, stats = ops.fused_forward(x, None, None, x, 1e-5, 5, 0.0)
 ops.backward(torch.randn_like(x), x, None, None, stats, 5, 0.0)
+x = channels_last(torch.randn(2, 6, 33, 31, device="cuda", dtype=torch.float64))  # float64 channels-last: cl_split
+y, stats = ops.fused_forward(x, None, None, x, 1e-5, 5, 0.0)
+ops.backward(channels_last(torch.randn_like(x)), x, None, None, stats, 5, 0.0)
 torch.cuda.synchronize()
 print(f"sanitize: {runs} plan runs, every regime, forward and backward")

@@ -157,6 +157,23 @@ def reference(x, weight=None, bias=None, eps=1e-5):
     return y
 
 
+def reference_nd(x, weight=None, bias=None, eps=1e-5):
+    """Instance norm of x (N, C, *spatial), any rank >= 3, in float64 over all spatial dims (two-pass,
+    biased variance). Differentiable, so float64 autograd through it is the gradients' reference."""
+    xd = x.double()
+    dims = tuple(range(2, x.dim()))
+    per_channel = (-1,) + (1,) * (x.dim() - 2)
+    mean = xd.mean(dim=dims, keepdim=True)
+    centered = xd - mean
+    var = centered.square().mean(dim=dims, keepdim=True)
+    y = centered * torch.rsqrt(var + eps)
+    if weight is not None:
+        y = y * weight.double().view(per_channel)
+    if bias is not None:
+        y = y + bias.double().view(per_channel)
+    return y
+
+
 def reference_stats(x, eps):
     """Per-instance float64 (mean, rstd), each of shape (N*C,)."""
     xd = x.double().flatten(2)
@@ -223,9 +240,10 @@ def make_input(shape, dtype, rng, log_scale=(-2.0, 2.0), device="cuda"):
     """Random data with a random global scale and per-instance offsets and scales
     (offset / scale within +-5, so the problem stays well conditioned in every dtype)."""
     n, c = shape[0], shape[1]
+    per_instance = (n, c) + (1,) * (len(shape) - 2)  # any rank >= 3; the same draws as before for 4-D
     scale = 10 ** rng.uniform(*log_scale)
-    inst_scale = scale * 10 ** (torch.rand(n, c, 1, 1, device=device) - 0.5)
-    inst_offset = inst_scale * (torch.rand(n, c, 1, 1, device=device) * 10 - 5)
+    inst_scale = scale * 10 ** (torch.rand(per_instance, device=device) - 0.5)
+    inst_offset = inst_scale * (torch.rand(per_instance, device=device) * 10 - 5)
     if rng.random() < 0.7:
         base = torch.randn(shape, device=device)
     else:
@@ -324,6 +342,55 @@ def skip_unsupported_regime(name, dtype):
         pytest.skip("float64 runs only the multi_cta plan")
     if regime in ("cluster", "stream") and not has_clusters():
         pytest.skip("thread block clusters need sm_90+")
+
+
+# =========================================================================== memory layouts (issue 11)
+# The channel-last kernels serve "channels-last dense" input; the output keeps that layout. Everything
+# else (and every forced NCHW plan) goes through NCHW and returns a contiguous output.
+
+CL_REGIMES = ("cl_onchip", "cl_split")
+
+
+def channels_last_strides(shape):
+    """Strides of a dense (N, C, *spatial) tensor with C innermost: (C*M, 1, ..., C)."""
+    strides = [0] * len(shape)
+    strides[1] = 1
+    step = shape[1]
+    for d in reversed(range(2, len(shape))):
+        strides[d] = step
+        step *= shape[d]
+    strides[0] = step
+    return tuple(strides)
+
+
+def is_channels_last_dense(x):
+    """x (N, C, *spatial) with C > 1, M = prod(spatial) > 1 and channels-last strides, dims of size 1
+    ignored: for 4-D, channels_last and not contiguous; 5-D channels_last_3d; 3-D x.transpose(1, 2)
+    contiguous. (With C == 1 or M == 1 such strides are also contiguous, so the rule excludes them.)"""
+    if x.dim() < 3 or x.size(1) <= 1 or math.prod(x.shape[2:]) <= 1:
+        return False
+    want = channels_last_strides(tuple(x.shape))
+    return all(size == 1 or got == expected for size, got, expected in zip(x.shape, x.stride(), want))
+
+
+def keeps_layout(x):
+    """Whether the ops' own plan choice keeps x's channels-last layout: x is channels-last dense and C
+    fills whole 16-byte vectors (other channels-last input, e.g. C = 3, runs the NCHW kernels on an
+    NCHW copy and gets NCHW output, unless a channels-last plan is forced)."""
+    return is_channels_last_dense(x) and (x.shape[1] * x.element_size()) % 16 == 0
+
+
+def expect_layout(out, x, plan=None, what=""):
+    """out has the layout the ops promise for input x on `plan` (None: the op's own choice, as in the
+    modules): x's channels-last strides when a forced channels-last plan serves x, or with no forced plan
+    when keeps_layout(x); NCHW-contiguous otherwise."""
+    assert tuple(out.shape) == tuple(x.shape), f"{what}: shape {tuple(out.shape)} != {tuple(x.shape)}"
+    kept = keeps_layout(x) if plan is None else (as_plan(plan).regime in CL_REGIMES and is_channels_last_dense(x))
+    if kept:
+        same = all(size == 1 or a == b for size, a, b in zip(x.shape, out.stride(), x.stride()))
+        assert same, f"{what}: output strides {out.stride()}, expected the input's channels-last {x.stride()}"
+    else:
+        assert out.is_contiguous(), f"{what}: output is not contiguous (strides {out.stride()}, input {x.stride()})"
 
 
 def run_ops(ops, x, weight, bias, eps, plan):

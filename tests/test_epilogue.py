@@ -20,8 +20,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from conftest import (DTYPES, LAYOUTS, REGIMES, TOL, as_plan, assert_close_to, assert_matches_eager,
-                      assert_stats_close, make_input, max_abs_err, plan_capacity, poison_allocator, reference,
-                      reference_stats, rel_err, skip_unsupported_regime, split_hw, whole_vectors, with_layout)
+                      assert_stats_close, expect_layout, make_input, max_abs_err, plan_capacity, poison_allocator,
+                      reference, reference_stats, rel_err, skip_unsupported_regime, split_hw, whole_vectors,
+                      with_layout)
 
 CUDA = pytest.mark.requires_cuda
 ACTS = ("identity", "relu", "leaky_relu", "silu", "gelu", "gelu_tanh")  # index == the ops' act code
@@ -142,7 +143,8 @@ def check_fused(inorm, ops, rng, shape, dtype, act, slope, residual, affine, pla
     nbytes = x.numel() * x.element_size()
     poison_allocator(nbytes)
     y, stats = fused_call(inorm, ops, x, w, b, r, act, slope, plan)
-    assert y.shape == x.shape and y.dtype == dtype and y.is_contiguous(), what
+    assert y.shape == x.shape and y.dtype == dtype, what
+    expect_layout(y, x, plan, what)  # x's channels-last layout unless an NCHW plan is forced; else contiguous
     assert torch.isfinite(y).all(), f"{what}: non-finite output for finite input"
     assert torch.equal(x, x0) and (r is None or torch.equal(r, r0)), f"{what}: an input was modified"
     y_ref, z, leaves = ref_fused(x, w, b, r, act, slope)
@@ -160,6 +162,7 @@ def check_fused(inorm, ops, rng, shape, dtype, act, slope, residual, affine, pla
     natural = natural_dx(x, w, g_z)
     poison_allocator(nbytes)
     dx, dw, db = backward_call(inorm, ops, dy, x, w, b, stats, act, slope, plan)
+    expect_layout(dx, x, plan, f"{what} dx")
     if not affine:
         assert dw.numel() == 0 and db.numel() == 0, f"{what}: dweight/dbias without affine"
     check_grads([dx, dw, db][: 3 if affine else 1], ref, names, dtype, f"{what} backward", natural)

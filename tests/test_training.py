@@ -9,6 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from conftest import expect_layout
+
 pytestmark = pytest.mark.requires_cuda
 
 GRAD_TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 1e-1, torch.float64: 1e-10}
@@ -81,9 +83,11 @@ def test_gradients_any_layout(inorm, layout, gen, seed):
         dy = dy.to(memory_format=torch.channels_last)
     else:
         x = x.transpose(2, 3).contiguous().transpose(2, 3)
-    _, ours_g = grads_of(inorm.ModelNew(6).cuda(), x, dy)
+    y, ours_g = grads_of(inorm.ModelNew(6).cuda(), x, dy)
     ref_g = reference_grads(x, dy, None, None, 1e-5)
     assert (ours_g[0].double() - ref_g[0]).abs().max().item() < 1e-4, f"seed={seed}"
+    expect_layout(y, x, None, layout)  # channels-last in, channels-last out; other strides: contiguous
+    expect_layout(ours_g[0], x, None, f"{layout} dx")
 
 
 def test_gradients_track_running_stats_train_and_eval(inorm, gen, seed):
