@@ -45,10 +45,11 @@ cl_split          every other channels-last        partials per (instance, chunk
                                                    second read): 2 reads, like torch.compile
 ================  ===============================  ============================================
 
-Channels-last input (stride 1 along C, dense: ``torch.channels_last``, ``channels_last_3d``, or
-(N, L, C) in memory for 1-D) is read as it is and the output, and the input gradient, keep that
-layout, as PyTorch's BatchNorm2d and GroupNorm do; eager InstanceNorm returns NCHW. Other strides
-are copied to NCHW first.
+4-D and 5-D channels-last input (stride 1 along C, dense: ``torch.channels_last``,
+``channels_last_3d``) whose C fills 16-byte vectors is read as it is, and the output and the input
+gradient keep that layout, as PyTorch's BatchNorm2d and GroupNorm do; eager InstanceNorm returns
+NCHW. Other strides (odd C, (N, L, C) memory for 1-D) are copied to NCHW first and give NCHW output;
+the channels-last plans still serve them when forced.
 
 Every regime runs forward and backward from one kernel per family: the family is written once
 over an *Op* (what a sweep over an instance computes: the forward's statistics and normalization,
@@ -2343,6 +2344,7 @@ struct Shape {
   bool channels_last;     // channels-last dense input: the cl plans read it as it is (the others copy it to NCHW)
   bool cl_vectors;        // ... with 16-byte vectors along C (C a multiple of the vector width, x aligned)
   int64_t batch;          // N (the channels-last heuristic weighs the CTAs a plan would have)
+  bool cl_default;        // keeps_layout(): the heuristic picks a channels-last plan
 };
 
 std::string describe(const Plan& plan) {
@@ -2530,7 +2532,7 @@ std::string refusal(DType dtype, Direction direction, const Plan& plan, const Sh
 // more than about twice the capacity the instance needs).
 std::vector<Plan> candidates(DType dtype, Direction direction, const Shape& shape, bool tight) {
   std::vector<Plan> found;
-  if (shape.channels_last) {  // the plans that keep the layout; the others would copy x to NCHW
+  if (shape.channels_last) {  // the plans that keep the layout
     std::vector<Plan> all{Plan::cl_split()};
     for (int k : kClRowChoices) {
       for (int t : kClThreadChoices) all.push_back(Plan::cl_onchip(k, t));
@@ -2538,7 +2540,8 @@ std::vector<Plan> candidates(DType dtype, Direction direction, const Shape& shap
     for (const Plan& plan : all) {
       if (refusal(dtype, direction, plan, shape).empty()) found.push_back(plan);
     }
-    return found;
+    if (shape.cl_default) return found;
+    // Otherwise the heuristic copies x to NCHW: the NCHW plans are candidates too (below).
   }
   const int64_t instance_size = shape.instance_size;
   std::vector<Plan> all{Plan::multi_cta()};
@@ -2591,7 +2594,7 @@ int64_t capacity(DType dtype, Direction direction, const Plan& plan, const Shape
   return fits(guaranteed) ? guaranteed : 0;
 }
 
-Shape nchw(int64_t instance_size) { return {instance_size, 1, false, false, 1}; }
+Shape nchw(int64_t instance_size) { return {instance_size, 1, false, false, 1, false}; }
 
 // The stream plan of the smallest cluster whose slices fit, with as many stages as fit.
 Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool* found) {
@@ -2665,7 +2668,7 @@ Plan choose(DType dtype, Direction direction, const Shape& shape) {
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int64_t, int64_t, int, int64_t>, Plan> cache;
   const int64_t instance_size = shape.instance_size;
-  const int layout = shape.channels_last ? (shape.cl_vectors ? 2 : 1) + 2 * int(shape.channels % vector_width(dtype) == 0) : 0;
+  const int layout = shape.cl_default ? (shape.cl_vectors ? 2 : 1) : 0;  // N and C matter only then
   const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), static_cast<int>(dtype),
                                    static_cast<int>(direction), instance_size, layout ? shape.channels : 0, layout,
                                    layout ? shape.batch : 0);
@@ -2674,8 +2677,7 @@ Plan choose(DType dtype, Direction direction, const Shape& shape) {
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const bool cl = shape.channels_last && shape.channels % vector_width(dtype) == 0;  // keeps_layout()
-  const Plan plan = cl                                  ? choose_channels_last(dtype, direction, shape)
+  const Plan plan = shape.cl_default                    ? choose_channels_last(dtype, direction, shape)
                     : direction == Direction::kForward ? choose_forward(dtype, instance_size)
                                                        : choose_backward(dtype, instance_size);
   std::lock_guard<std::mutex> lock(mutex);
@@ -2701,7 +2703,7 @@ void run(const Plan& plan, const Problem& problem) {
   };
   if (plan.channels_last()) {
     const int64_t batch = problem.num_instances / problem.channels;
-    const Shape shape{problem.instance_size, problem.channels, true, problem.cl_vectors, batch};
+    const Shape shape{problem.instance_size, problem.channels, true, problem.cl_vectors, batch, true};
     launch.cl = cl_shape(plan, problem.dtype, problem.direction, shape, batch, device_info().sms);
     launch.block = cl_block(launch.cl);
     if (plan.regime == Regime::kClSplit) {
@@ -2837,16 +2839,20 @@ at::Tensor empty_output(const at::Tensor& x, bool channels_last) {
 // (C = 3 RGB planes, C = 2...), slower than copying to NCHW; those inputs take the NCHW plans, as
 // before, and get NCHW output; the cl plans still serve them when forced. Meta kernels apply the
 // same rule (it depends on sizes and strides only, not on the data pointer's alignment).
+// Only 4-D and 5-D input: PyTorch has channels-last memory formats for those ranks alone, and its
+// 1-D norms return contiguous output for (N, L, C) memory.
 template <typename I>
 bool keeps_layout(c10::ArrayRef<I> sizes, c10::ArrayRef<I> strides, DType dtype) {
-  return is_channels_last<I>(sizes, strides) && sizes[1] % vector_width(dtype) == 0;
+  return (sizes.size() == 4 || sizes.size() == 5) && is_channels_last<I>(sizes, strides) &&
+         sizes[1] % vector_width(dtype) == 0;
 }
 
 // What the plan choice sees of x.
 Shape shape_of(const at::Tensor& x) {
   const bool cl = is_channels_last(x);
   const int64_t vec = vector_width(dtype_of(x.scalar_type()));
-  return {spatial_size(x), x.size(1), cl, cl && x.size(1) % vec == 0 && aligned(x), x.size(0)};
+  return {spatial_size(x), x.size(1), cl, cl && x.size(1) % vec == 0 && aligned(x), x.size(0),
+          keeps_layout<int64_t>(x.sizes(), x.strides(), dtype_of(x.scalar_type()))};
 }
 
 // x as a plan reads it: as it is for the channels-last plans (x is channels-last dense then), an

@@ -374,10 +374,11 @@ def is_channels_last_dense(x):
 
 
 def keeps_layout(x):
-    """Whether the ops' own plan choice keeps x's channels-last layout: x is channels-last dense and C
-    fills whole 16-byte vectors (other channels-last input, e.g. C = 3, runs the NCHW kernels on an
-    NCHW copy and gets NCHW output, unless a channels-last plan is forced)."""
-    return is_channels_last_dense(x) and (x.shape[1] * x.element_size()) % 16 == 0
+    """Whether the ops' own plan choice keeps x's channels-last layout: x is 4-D or 5-D, channels-last
+    dense, and C fills whole 16-byte vectors (other channels-last input, e.g. C = 3 or (N, L, C) memory
+    for 1-D, runs the NCHW kernels on an NCHW copy and gets NCHW output, unless a channels-last plan is
+    forced)."""
+    return x.dim() in (4, 5) and is_channels_last_dense(x) and (x.shape[1] * x.element_size()) % 16 == 0
 
 
 def expect_layout(out, x, plan=None, what=""):
