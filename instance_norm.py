@@ -46,9 +46,10 @@ cl_split          every other channels-last        partials per (instance, chunk
 ================  ===============================  ============================================
 
 Channels-last input (stride 1 along C, dense: ``torch.channels_last``, ``channels_last_3d``, or
-(N, L, C) in memory for 1-D) is read as it is and the output, and the input gradient, keep that
-layout, as PyTorch's BatchNorm2d and GroupNorm do; eager InstanceNorm returns NCHW. Other strides
-are copied to NCHW first.
+(N, L, C) in memory for 1-D) whose C fills 16-byte vectors is read as it is, and the output and the
+input gradient keep that layout, as PyTorch's BatchNorm2d and GroupNorm do; eager InstanceNorm
+returns NCHW. Other strides (and channels-last input with other C) are copied to NCHW first and give
+NCHW output; the channels-last plans still serve odd C when forced.
 
 Every regime runs forward and backward from one kernel per family: the family is written once
 over an *Op* (what a sweep over an instance computes: the forward's statistics and normalization,
