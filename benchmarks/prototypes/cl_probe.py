@@ -80,8 +80,10 @@ __global__ void exchange_kernel(unsigned* counter, int rounds) {
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
       const unsigned target = unsigned(r + 1) * gridDim.x;
       unsigned seen = 0;
-      do {
+      long spins = 0;
+      do {  // bounded: a bug traps instead of hanging the device
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+        if (++spins > (1L << 28)) __trap();
       } while (seen < target);
     }
     __syncthreads();

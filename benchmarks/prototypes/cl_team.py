@@ -155,8 +155,10 @@ team_forward_kernel(const float* __restrict__ x, float* __restrict__ y, float* _
     if (threadIdx.x == 0) {
       const unsigned target = unsigned(t / kSlots + 1) * unsigned(B);
       unsigned seen = 0;
-      do {
+      long spins = 0;
+      do {  // bounded: a bug traps (an error the host sees) instead of hanging the device
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counters + slot) : "memory");
+        if (++spins > (1L << 28)) __trap();
       } while (seen < target);
     }
     __syncthreads();
