@@ -96,6 +96,21 @@ def timed(fn):
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+def time_all(makers):
+    """{name: ms} for every maker (None where there is nothing to time), each built, run once (to
+    compile) and timed after a dynamo reset."""
+    times = {}
+    for name, make in makers.items():
+        if make is None:
+            times[name] = None
+            continue
+        torch._dynamo.reset()
+        fn = make()
+        fn()
+        times[name] = timed(fn)
+    return times
+
+
 def case(shape, dtype, layout, args, rng):
     rank, c = len(shape) - 2, shape[1]
     x = make_input(shape, getattr(torch, dtype), layout, rng)
@@ -110,16 +125,8 @@ def case(shape, dtype, layout, args, rng):
               "compile": lambda: functools.partial(torch.compile(torch_module(rank, c).cuda(), dynamic=False), x),
               "group_norm": lambda: functools.partial(F.group_norm, x, c),
               "copy": lambda: functools.partial(torch.empty_like(x).copy_, x)}
-    fwd = {}
     with torch.no_grad():
-        for name, make in makers.items():
-            if make is None:
-                fwd[name] = None
-                continue
-            torch._dynamo.reset()
-            fn = make()
-            fn()
-            fwd[name] = timed(fn)
+        fwd = time_all(makers)
     row["forward"] = fwd
     if args.backward:
         dy = torch.randn_like(x)  # randn_like keeps x's layout
@@ -132,18 +139,9 @@ def case(shape, dtype, layout, args, rng):
                    "eager": lambda: grad_of(torch_module(rank, c)),
                    "compile": lambda: grad_of(torch.compile(torch_module(rank, c), dynamic=False)),
                    "floor": lambda: functools.partial(torch.add, x, dy, out=torch.empty_like(x))}
-        bwd = {}
-        for name, make in bmakers.items():
-            if make is None:
-                bwd[name] = None
-                continue
-            torch._dynamo.reset()
-            fn = make()
-            fn()
-            bwd[name] = timed(fn)
-        row["backward"] = bwd
+        row["backward"] = time_all(bmakers)
     log(f"{dtype:9} {layout:10} {str(tuple(shape)):24} " + " ".join(f"{k} {fmt(v)}" for k, v in fwd.items())
-        + (f" | err {row.get('rel_l2', 0):.2e} kept {row.get('format_kept')}" if ours is not None else ""))
+        + (f" | err {row.get('rel_l2', 0):.2e} layout as promised {row.get('format_kept')}" if ours is not None else ""))
     return row
 
 

@@ -418,3 +418,23 @@ DTYPE_ERRORS = {"int64", "bool"}
 BAD_CASES = [(name, affine) for name in sorted(BAD_INPUTS) for affine in (False, True)
              if affine or name != "wrong_c_affine"]
 BAD_CASE_IDS = [f"{n}-{'affine' if a else 'plain'}" for n, a in BAD_CASES]
+
+
+# Gradients against a float64 reference (test_epilogue.py, test_layouts.py): the affine gradients by
+# relative L2 error, dx within TOL, measured against the size of its terms when they cancel.
+PARAM_TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3.2e-2, torch.float64: 1e-10}
+
+
+def check_grads(got, ref, names, dtype, what, natural=0.0):
+    for name, g, want in zip(names, got, ref):
+        assert g is not None and g.shape == want.shape and g.dtype == dtype, f"{what}: grad of {name}"
+        assert torch.isfinite(g).all(), f"{what}: non-finite grad of {name}"
+        if name in ("weight", "bias"):
+            err = rel_err(g, want)
+            assert err <= PARAM_TOL[dtype], f"{what}: grad of {name}: relative error {err:.3g}"
+        elif name == "x" and natural > want.norm().item():
+            err = (g.double() - want).norm().item() / natural
+            assert err <= TOL[dtype][0], f"{what}: grad of x: error {err:.3g} relative to its terms"
+            assert max_abs_err(g, want) <= TOL[dtype][1] * max(1.0, want.abs().max().item()), f"{what}: grad of x"
+        else:
+            assert_close_to(g, want, dtype, f"{what}: grad of {name}")

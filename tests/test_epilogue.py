@@ -19,9 +19,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import (DTYPES, LAYOUTS, REGIMES, TOL, as_plan, assert_close_to, assert_matches_eager,
-                      assert_stats_close, expect_layout, make_input, max_abs_err, plan_capacity, poison_allocator,
-                      reference, reference_stats, rel_err, skip_unsupported_regime, split_hw, whole_vectors,
+from conftest import (as_plan, assert_close_to, assert_matches_eager, assert_stats_close, check_grads,
+                      DTYPES, expect_layout, LAYOUTS, make_input, plan_capacity, poison_allocator, reference,
+                      reference_stats, REGIMES, rel_err, skip_unsupported_regime, split_hw, whole_vectors,
                       with_layout)
 
 CUDA = pytest.mark.requires_cuda
@@ -29,7 +29,6 @@ ACTS = ("identity", "relu", "leaky_relu", "silu", "gelu", "gelu_tanh")  # index 
 SLOPES = [0.0, 0.01, 0.2, 1.0, -0.3]
 EPS = 1e-5
 LOW = (torch.float16, torch.bfloat16)
-PARAM_TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3.2e-2, torch.float64: 1e-10}
 RESIDUAL_LAYOUTS = ["contiguous", "channels_last", "offset", "sliced"]
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
 
@@ -83,19 +82,6 @@ def natural_dx(x, w, g_z):
     return (u if w is None else u * w.double().view(-1, 1, 1)).norm().item()
 
 
-def check_grads(got, ref, names, dtype, what, natural=0.0):
-    for name, g, want in zip(names, got, ref):
-        assert g is not None and g.shape == want.shape and g.dtype == dtype, f"{what}: grad of {name}"
-        assert torch.isfinite(g).all(), f"{what}: non-finite grad of {name}"
-        if name in ("weight", "bias"):
-            err = rel_err(g, want)
-            assert err <= PARAM_TOL[dtype], f"{what}: grad of {name}: relative error {err:.3g}"
-        elif name == "x" and natural > want.norm().item():
-            err = (g.double() - want).norm().item() / natural
-            assert err <= TOL[dtype][0], f"{what}: grad of x: error {err:.3g} relative to its terms"
-            assert max_abs_err(g, want) <= TOL[dtype][1] * max(1.0, want.abs().max().item()), f"{what}: grad of x"
-        else:
-            assert_close_to(g, want, dtype, f"{what}: grad of {name}")
 
 
 def leaf_inputs(x, w, b, r):

@@ -18,17 +18,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import (CL_REGIMES, keeps_layout, DTYPES, REGIMES, TOL, assert_close_to, assert_matches_eager, assert_stats_close,
-                      channels_last_strides, expect_layout, is_channels_last_dense, make_input, max_abs_err,
-                      poison_allocator, reference_nd, reference_stats, regime_hw, rel_err, run_ops,
-                      skip_unsupported_regime, split_hw)
+from conftest import (assert_close_to, assert_matches_eager, assert_stats_close, channels_last_strides,
+                      check_grads, CL_REGIMES, DTYPES, expect_layout, is_channels_last_dense, keeps_layout,
+                      make_input, poison_allocator, reference_nd, reference_stats, regime_hw, REGIMES,
+                      run_ops, skip_unsupported_regime, split_hw)
 
 pytestmark = pytest.mark.requires_cuda
 
 EPS = 1e-5
 ACTS = ("identity", "relu", "leaky_relu", "silu", "gelu", "gelu_tanh")  # index == the ops' act code
 SLOPES = [0.0, 0.01, 0.2, 1.0, -0.3]
-PARAM_TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3.2e-2, torch.float64: 1e-10}
 RANKS = [1, 2, 3]  # spatial dims: InstanceNorm1d, 2d (ModelNew), 3d
 LAYOUTS = ["contiguous", "channels_last", "cl_offset"]
 CL_LAYOUTS = ["channels_last", "cl_offset"]
@@ -152,21 +151,6 @@ def grad_names(w, r=None):
     return ["x"] + (["weight", "bias"] if w is not None else []) + (["residual"] if r is not None else [])
 
 
-def check_grads(got, ref, names, dtype, what, natural=0.0):
-    """As in test_epilogue.py: affine gradients by relative L2 error, dx within TOL (of its terms' size
-    when it cancels)."""
-    for name, g, want in zip(names, got, ref):
-        assert g is not None and g.shape == want.shape and g.dtype == dtype, f"{what}: grad of {name}"
-        assert torch.isfinite(g).all(), f"{what}: non-finite grad of {name}"
-        if name in ("weight", "bias"):
-            err = rel_err(g, want)
-            assert err <= PARAM_TOL[dtype], f"{what}: grad of {name}: relative error {err:.3g}"
-        elif name == "x" and natural > want.norm().item():
-            err = (g.double() - want).norm().item() / natural
-            assert err <= TOL[dtype][0], f"{what}: grad of x: error {err:.3g} relative to its terms"
-            assert max_abs_err(g, want) <= TOL[dtype][1] * max(1.0, want.abs().max().item()), f"{what}: grad of x"
-        else:
-            assert_close_to(g, want, dtype, f"{what}: grad of {name}")
 
 
 def check_forward(y, stats, x, v, w, b, plan, what, eps=EPS):
