@@ -420,12 +420,31 @@ BAD_CASES = [(name, affine) for name in sorted(BAD_INPUTS) for affine in (False,
 BAD_CASE_IDS = [f"{n}-{'affine' if a else 'plain'}" for n, a in BAD_CASES]
 
 
+# float64 activations, differentiable, shared by test_epilogue.py and test_layouts.py; relu / leaky_relu
+# through F for PyTorch's convention at 0. gelu_tanh is written as z * sigmoid(2u), which equals PyTorch's
+# 0.5 z (1 + tanh(u)) but does not cancel for very negative z (there 1 + tanh(u) loses every digit in
+# float64 too, and the kernels, which use the sigmoid form, were measured against a reference that was
+# wrong: an eval test with every z below -5 failed at relative error 3e-11 where the kernel was right).
+ACT_REF = {
+    "identity": lambda z, s: z,
+    "relu": lambda z, s: torch.nn.functional.relu(z),
+    "leaky_relu": lambda z, s: torch.nn.functional.leaky_relu(z, s),
+    "silu": lambda z, s: z * torch.sigmoid(z),
+    "gelu": lambda z, s: 0.5 * z * (1 + torch.erf(z / math.sqrt(2))),
+    "gelu_tanh": lambda z, s: z * torch.sigmoid(2 * math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)),
+}
+
+
 # Gradients against a float64 reference (test_epilogue.py, test_layouts.py): the affine gradients by
 # relative L2 error, dx within TOL, measured against the size of its terms when they cancel.
 PARAM_TOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3.2e-2, torch.float64: 1e-10}
 
 
-def check_grads(got, ref, names, dtype, what, natural=0.0):
+def check_grads(got, ref, names, dtype, what, natural=0.0, eager=None):
+    """`eager`, if given, returns PyTorch's own gradients of the same computation in `dtype`: where dx
+    misses TOL relative to its terms, it passes at up to twice eager's error. That happens on
+    ill-conditioned tiny instances (H*W = 2 with two nearly equal values, so rstd ~ 1/sqrt(eps)):
+    the rounding of x itself, times rstd, is then above TOL, for PyTorch as for us."""
     for name, g, want in zip(names, got, ref):
         assert g is not None and g.shape == want.shape and g.dtype == dtype, f"{what}: grad of {name}"
         assert torch.isfinite(g).all(), f"{what}: non-finite grad of {name}"
@@ -434,7 +453,9 @@ def check_grads(got, ref, names, dtype, what, natural=0.0):
             assert err <= PARAM_TOL[dtype], f"{what}: grad of {name}: relative error {err:.3g}"
         elif name == "x" and natural > want.norm().item():
             err = (g.double() - want).norm().item() / natural
-            assert err <= TOL[dtype][0], f"{what}: grad of x: error {err:.3g} relative to its terms"
+            theirs = (eager()[0].double() - want).norm().item() / natural if eager and err > TOL[dtype][0] else 0.0
+            assert err <= max(TOL[dtype][0], 2 * theirs), \
+                f"{what}: grad of x: error {err:.3g} relative to its terms (eager's: {theirs:.3g})"
             assert max_abs_err(g, want) <= TOL[dtype][1] * max(1.0, want.abs().max().item()), f"{what}: grad of x"
         else:
             assert_close_to(g, want, dtype, f"{what}: grad of {name}")

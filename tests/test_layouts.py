@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import (assert_close_to, assert_matches_eager, assert_stats_close, channels_last_strides,
+from conftest import (ACT_REF, assert_close_to, assert_matches_eager, assert_stats_close, channels_last_strides,
                       check_grads, CL_REGIMES, DTYPES, expect_layout, is_channels_last_dense, keeps_layout,
                       make_input, poison_allocator, reference_nd, reference_stats, regime_hw, REGIMES,
                       run_ops, skip_unsupported_regime, split_hw)
@@ -47,14 +47,6 @@ BACKWARD_SHAPES = {
     3: [(2, 4, 9, 10, 11), (1, 7, 3, 4, 5)],
 }
 
-ACT_REF = {  # float64, differentiable; relu / leaky_relu through F for PyTorch's convention at 0
-    "identity": lambda z, s: z,
-    "relu": lambda z, s: F.relu(z),
-    "leaky_relu": lambda z, s: F.leaky_relu(z, s),
-    "silu": lambda z, s: z * torch.sigmoid(z),
-    "gelu": lambda z, s: 0.5 * z * (1 + torch.erf(z / math.sqrt(2))),
-    "gelu_tanh": lambda z, s: 0.5 * z * (1 + torch.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3))),
-}
 
 
 # =========================================================================== helpers
