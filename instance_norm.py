@@ -18,6 +18,11 @@ host accepts for a shape:
 ================  ===============================  ============================================
 regime            serves                           why
 ================  ===============================  ============================================
+flat              H*W up to 64 (forced: 4096)      whole consecutive instances per CTA copied to
+                                                   shared memory as one span of 16-byte vectors
+                                                   wherever instances start; a thread (up to a
+                                                   warp) reduces each instance; one read: 7x7 at
+                                                   1.5x the copy, a warp per instance took 3.7x
 onchip, a warp    H*W up to 1024                   several instances per CTA; warp-shuffle
 per instance                                       merges; no barrier
 onchip, a CTA     up to 32K elements (128 KB)      cp.async copies the instance into shared
@@ -123,6 +128,10 @@ inline constexpr int kVectorBytes = 16;
 inline constexpr int kClOnchipThreads = 512;     // channels-last onchip: the largest CTA
 inline constexpr int kClSplitThreads = 256;      // channels-last split: partial and apply sweeps
 inline constexpr int kClMaxColumnThreads = 32;   // channels-last: threads along C in a CTA (a tile)
+inline constexpr int kFlatThreads = 256;         // flat: a CTA's size
+inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's values, at most (up to G = 32)
+inline constexpr int kFlatMaxSize = 4096;        // flat: the largest instance (elements); a CTA's span
+inline constexpr int kFlatSpanBytes = 16384;     // ... is at most this many bytes per input (plus edges)
 
 enum class DType : int { kFloat, kHalf, kBFloat16, kDouble };
 enum class Direction : int { kForward, kBackward };
@@ -138,7 +147,7 @@ inline constexpr int kActivations = 6;
 // other fields mean something (the rest are 0). Field order everywhere (C++, the op schema's
 // int[] plan, Python's Plan, the tests): regime, vectors, threads, cluster, stages.
 // The last two serve channels-last input (C innermost): see "Family cl" in the kernels.
-enum class Regime : int { kMultiCta = 0, kOnchip = 1, kCluster = 2, kStream = 3, kClOnchip = 4, kClSplit = 5 };
+enum class Regime : int { kMultiCta = 0, kOnchip = 1, kCluster = 2, kStream = 3, kClOnchip = 4, kClSplit = 5, kFlat = 6 };
 
 struct Plan {
   Regime regime;
@@ -158,6 +167,8 @@ struct Plan {
   // vectors: rows per thread (K); threads: the CTA's size cap.
   static constexpr Plan cl_onchip(int rows, int threads) { return {Regime::kClOnchip, rows, threads, 1, 0}; }
   static constexpr Plan cl_split() { return {Regime::kClSplit, 0, 0, 0, 0}; }
+  // Tiny NCHW instances, several whole ones per CTA (instances per CTA: chosen at launch).
+  static constexpr Plan flat() { return {Regime::kFlat, 0, 0, 0, 0}; }
   bool channels_last() const { return regime == Regime::kClOnchip || regime == Regime::kClSplit; }
 };
 
@@ -215,6 +226,13 @@ inline bool has_epilogue(const Problem& pr) {
   return pr.act != Activation::kIdentity || (pr.direction == Direction::kForward && pr.residual != nullptr);
 }
 
+// How a flat CTA covers its span (see "Family flat" in the kernels).
+struct FlatShape {
+  int instances;     // consecutive instances per CTA (the last CTA may have fewer)
+  int group;         // G threads per instance in the reduction
+  int span_vectors;  // shared-memory vectors per input: a span of `instances` instances plus its edges
+};
+
 // Grid, block and dynamic shared memory the host chose for an on-chip or stream plan.
 struct Launch {
   unsigned grid;
@@ -222,6 +240,7 @@ struct Launch {
   int smem;
   int slice_vectors;  // stream plans: one CTA's slice of an instance, in vectors
   ClShape cl;         // channels-last plans
+  FlatShape flat;     // flat plans
 };
 
 // The launch configuration of a cluster kernel, shared by the launch and the occupancy query.
@@ -246,6 +265,7 @@ const void* kernel_for(DType dtype, Direction direction, bool epilogue, const Pl
 int64_t chunks_per_instance(DType dtype, int64_t instance_size);             // multi_cta chunks
 int64_t chunk_workspace_bytes(const Problem& problem);                       // multi_cta partials
 int64_t partial_bytes(DType dtype, Direction direction);  // one partial (statistics or sums)
+int64_t coef_bytes(DType dtype, Direction direction);     // one instance's element-map coefficients
 cudaError_t launch_plan(const Plan& plan, const Problem& problem, const Launch& launch, void* workspace,
                         cudaStream_t stream);
 // Per-channel sums over the batch of the backward's per-instance sums: dweight, dbias (each may
@@ -837,6 +857,26 @@ struct Forward {
     const acc_t m2 = q - d * d * inv_n;
     return {mean0 + d * inv_n, m2 > acc_t(0) ? m2 : acc_t(0), n};
   }
+  // Values get(0, k), k < count, of one instance read one by one (the flat kernels, from shared
+  // memory): the same corrected two-sweep.
+  template <Family F, class Get>
+  __device__ static Partial sequence_partial(const Get& get, int count, const Known&) {
+    if (count <= 0) return {acc_t(0), acc_t(0), acc_t(0)};
+    acc_t sum = 0;
+#pragma unroll 4
+    for (int k = 0; k < count; ++k) sum += get(0, k);
+    const acc_t n = static_cast<acc_t>(count);
+    const acc_t mean0 = sum / n;
+    acc_t d = 0, q = 0;
+#pragma unroll 4
+    for (int k = 0; k < count; ++k) {
+      const acc_t e = get(0, k) - mean0;
+      d += e;
+      q += e * e;
+    }
+    const acc_t m2 = q - d * d / n;
+    return {mean0 + d / n, m2 > acc_t(0) ? m2 : acc_t(0), n};
+  }
   __device__ static acc_t rstd_of(const Params<T>& p, const Partial& total) {
     return rsqrt(total.m2 / static_cast<acc_t>(p.instance_size) + p.eps);
   }
@@ -961,6 +1001,18 @@ struct Backward {
         s.a += g;
         s.b += g * (v[0][k] - known.mean);
       }
+    }
+    return s;
+  }
+  template <Family F, class Get>
+  __device__ static Partial sequence_partial(const Get& get, int count, const Known& known) {
+    Partial s{};
+#pragma unroll 4
+    for (int k = 0; k < count; ++k) {
+      const acc_t x = get(0, k);
+      const acc_t g = gradient<F>(get(1, k), x, known.mean, known.scale, known.shift, known.act);
+      s.a += g;
+      s.b += g * (x - known.mean);
     }
     return s;
   }
@@ -1145,6 +1197,174 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
   if (boundary_element) store_element<Op>(p, start + boundary.at(local), c);
   if (active && rank == 0 && local == 0) Op::publish(p, instance, s, known);
   cluster_release(cluster_size);
+}
+
+// =====================================================================================
+// Family flat: tiny instances (up to kFlatMaxSize elements, e.g. 7x7 or 16x16 planes). A CTA takes
+// `instances` consecutive whole instances, one contiguous span of memory, and copies the span to
+// shared memory in 16-byte vectors wherever instances start or end, so every thread moves whole
+// vectors (a warp per 7x7 instance kept 13 of its 32 lanes busy and ran at 3.7x the copy, bound by
+// instruction issue, not memory). Then G threads (a power of two, at most a warp; one thread for up
+// to kFlatPerThread elements) reduce each instance from shared memory, a thread's values in
+// sequence; the group's first thread leaves the instance's coefficients in shared memory; and every
+// thread maps the vectors it copied through the coefficients of their elements' instances and
+// stores them. One launch, one read, and few instructions per element: the reduction costs a few per
+// value, not a butterfly per handful of values.
+// =====================================================================================
+
+// Butterfly over groups of G lanes (a power of two up to a warp) in a fixed order; every lane ends
+// with its group's result.
+template <typename P>
+__device__ __forceinline__ P group_reduce(P s, int G) {
+  const int lane = threadIdx.x & (kWarpSize - 1);
+  for (int offset = 1; offset < G; offset <<= 1) {
+    const P other = shfl_xor(s, offset);
+    s = (lane & offset) ? combine(other, s) : combine(s, other);
+  }
+  return s;
+}
+
+// Asks L1 for one element of a per-channel vector that is read later (its latency then hides
+// behind the span's copy).
+__device__ __forceinline__ void prefetch_channel(const ChannelVector& v, int64_t channel) {
+  if (v.data == nullptr) return;
+  const int bytes = v.dtype == DType::kDouble ? 8 : v.dtype == DType::kFloat ? 4 : 2;
+  const char* at = static_cast<const char*>(v.data) + channel * v.stride * bytes;
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(at));
+}
+
+template <class Op>
+__global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::T> p, FlatShape shape) {
+  using T = typename Op::T;
+  using acc_t = typename Op::acc_t;
+  using Partial = typename Op::Partial;
+  using Coef = typename Op::Coef;
+  constexpr int kVec = Elem<T>::kVec;
+  extern __shared__ uint4 flat_storage[];
+  Coef* coefs = reinterpret_cast<Coef*>(flat_storage + Op::kInputs * shape.span_vectors);
+
+  const int M = static_cast<int>(p.instance_size);
+  const int64_t first = int64_t(blockIdx.x) * shape.instances;
+  const int count = static_cast<int>(min(int64_t(shape.instances), p.num_instances - first));
+  const int64_t begin = first * M;  // the span's elements [begin, end)
+  const int64_t end = begin + int64_t(count) * M;
+  const int64_t vbegin = begin / kVec;  // the vectors that cover it (the base is 16-byte aligned)
+  const int vectors = static_cast<int>((end + kVec - 1) / kVec - vbegin);
+  const int head = static_cast<int>(begin - vbegin * kVec);  // span element e is shared element head + e
+
+  // 1. The span into shared memory: whole vectors by cp.async, the elements of the (at most two)
+  //    edge vectors that belong to the span one by one.
+#pragma unroll
+  for (int t = 0; t < Op::kInputs; ++t) {
+    const T* in = Op::input(p, t);
+    uint4* held = flat_storage + t * shape.span_vectors;
+    for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
+      const int64_t e0 = (vbegin + v) * kVec;
+      if (e0 >= begin && e0 + kVec <= end) {
+        const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(held + v));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(in + e0) : "memory");
+      } else {
+        T* elements = reinterpret_cast<T*>(held + v);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          if (e0 + j >= begin && e0 + j < end) elements[j] = in[e0 + j];
+        }
+      }
+    }
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+
+  // 2. Instance q of the span belongs to threads [q * G, (q + 1) * G) (the host gives a CTA at most
+  //    blockDim / G instances). What the reduction needs from global memory besides the span (the
+  //    backward's statistics, weight and bias) is requested before waiting for the span.
+  const int G = shape.group;
+  const int q = threadIdx.x / G;
+  const int local = threadIdx.x - q * G;
+  const bool active = q < count;
+  const int64_t instance = first + (active ? q : 0);
+  const typename Op::Known known = Op::known(p, instance);
+  if (Op::kInputs == 1 && active && local == 0) {  // the forward reads weight and bias after the reduction
+    prefetch_channel(p.weight, instance % p.channels);
+    prefetch_channel(p.bias, instance % p.channels);
+  }
+  wait_async_copies();
+  __syncthreads();
+
+  // Thread `local` takes the instance's elements local, local + G, ...; where M is even they start
+  // rotated by q * G, so that the lanes of a warp (instances M apart) fall in different banks.
+  const int rot = (M & 1) ? 0 : (q * G) % M;
+  const int own = active ? (M - local + G - 1) / G : 0;
+  Partial s{};
+  with_op_activation<Op>(p, [&](auto tag) {
+    auto get = [&](int t, int k) {
+      int j = local + k * G + rot;
+      j -= j >= M ? M : 0;
+      return Elem<T>::to_acc(reinterpret_cast<const T*>(flat_storage + t * shape.span_vectors)[head + q * M + j]);
+    };
+    s = Op::template sequence_partial<decltype(tag)::kFamily>(get, own, known);
+  });
+  s = group_reduce(s, G);
+  if (active && local == 0) {
+    coefs[q] = Op::coef(p, instance, s, known);
+    Op::publish(p, instance, s, known);
+  }
+  __syncthreads();
+
+  // 3. The element map over the vectors this thread copied. An element's instance comes from a
+  //    running remainder, started per vector by a float reciprocal. That is exact here: the quotient
+  //    (rel + 0.5) / M is at most 256 (instances per CTA), so its rounding error, below 256 * 2^-22,
+  //    stays under its distance to the next integer, at least 0.5 / M >= 0.5 / kFlatMaxSize.
+  const float inv_m = 1.0f / static_cast<float>(M);
+  const T* residual = residual_at<Op>(p, 0);
+  with_op_activation<Op>(p, [&](auto tag) {
+    constexpr Family F = decltype(tag)::kFamily;
+    for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
+      const int64_t e0 = (vbegin + v) * kVec;
+      const bool whole = e0 >= begin && e0 + kVec <= end;
+      const int lo = v == 0 ? head : 0;  // the first element of this vector inside the span
+      const int rel = v * kVec + lo - head;
+      int qi = static_cast<int>((static_cast<float>(rel) + 0.5f) * inv_m);
+      int r = rel - qi * M;
+      Coef c = coefs[qi];
+      uint4 raw[Op::kInputs];
+#pragma unroll
+      for (int t = 0; t < Op::kInputs; ++t) raw[t] = flat_storage[t * shape.span_vectors + v];
+      acc_t out[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        if (j >= lo) {
+          if (r == M) {  // the next instance starts here
+            r = 0;
+            if (++qi < count) c = coefs[qi];
+          }
+          ++r;
+        }
+        acc_t x[Op::kInputs];
+#pragma unroll
+        for (int t = 0; t < Op::kInputs; ++t) x[t] = Elem<T>::get(raw[t], j);
+        out[j] = Op::template apply<F>(c, x, p.act);
+      }
+      if (whole) {
+        if constexpr (Op::kResidual) {
+          if (residual != nullptr) {
+            const uint4 rv = __ldcs(reinterpret_cast<const uint4*>(residual + e0));
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) out[j] += Elem<T>::get(rv, j);
+          }
+        }
+        __stcs(reinterpret_cast<uint4*>(p.out + e0), Elem<T>::pack(out));
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          if (e0 + j >= begin && e0 + j < end) {
+            acc_t o = out[j];
+            if (residual != nullptr) o += scalar_at(residual, e0 + j);
+            p.out[e0 + j] = Elem<T>::from_acc(o);
+          }
+        }
+      }
+    }
+  });
 }
 
 // =====================================================================================
@@ -2038,6 +2258,7 @@ const void* typed_kernel_for(const Plan& plan) {
           case 8: return reinterpret_cast<const void*>(&cl_onchip_kernel<Op, 8>);
         }
         return nullptr;
+      case Regime::kFlat: return reinterpret_cast<const void*>(&flat_kernel<Op>);
       default: return nullptr;
     }
   }
@@ -2099,6 +2320,14 @@ cudaError_t launch_typed(const Plan& plan, const Problem& pr, const Launch& laun
                          cudaStream_t stream) {
   if (plan.regime == Regime::kMultiCta) return launch_chunks<Op>(pr, workspace, stream);
   if (plan.regime == Regime::kClSplit) return launch_cl_split<Op>(pr, launch, workspace, stream);
+  if (plan.regime == Regime::kFlat) {
+    const void* kernel = typed_kernel_for<Op>(plan);
+    if (kernel == nullptr) return cudaErrorInvalidValue;
+    Params<typename Op::T> p = params_of<typename Op::T>(pr);
+    FlatShape shape = launch.flat;
+    void* args[] = {&p, &shape};
+    return cudaLaunchKernel(kernel, dim3(launch.grid), dim3(launch.block), args, launch.smem, stream);
+  }
   if (plan.regime == Regime::kClOnchip) {
     const void* kernel = typed_kernel_for<Op>(plan);
     if (kernel == nullptr) return cudaErrorInvalidValue;
@@ -2149,6 +2378,11 @@ int64_t chunks_per_instance(DType dtype, int64_t instance_size) {
 int64_t partial_bytes(DType dtype, Direction direction) {
   return with_op(dtype, direction, Source::kInstance, false,
                  [&](auto op) { return static_cast<int64_t>(sizeof(typename decltype(op)::Partial)); });
+}
+
+int64_t coef_bytes(DType dtype, Direction direction) {
+  return with_op(dtype, direction, Source::kInstance, false,
+                 [&](auto op) { return static_cast<int64_t>(sizeof(typename decltype(op)::Coef)); });
 }
 
 int64_t chunk_workspace_bytes(const Problem& pr) {
@@ -2331,6 +2565,10 @@ constexpr int64_t kClTinyRows = 256;
 // instance; larger ones a CTA of K = 8 up to kMaxBlock threads, then the stream kernel, then a
 // cluster of kHeuristicCluster CTAs up to kHeuristicClusterBlocks CTAs' worth, then multi_cta.
 constexpr int kWarpPlanSlots = kWarpSize * 8;
+// Instances of up to this many elements take the flat plan: measured faster than a warp per instance
+// at 7x7 (benchmarks/NOTES.md); 64..256 is open (a warp per instance won at 16x16 against the
+// first flat kernel).
+constexpr int64_t kFlatHeuristicSize = 64;
 constexpr int kHeuristicCluster = 8;
 constexpr int kHeuristicClusterBlocks = 4;
 // candidates(tight): on-chip plans of at most twice the slots an instance needs, plus this slack
@@ -2353,6 +2591,7 @@ std::string describe(const Plan& plan) {
     case Regime::kClOnchip:
       return "cl_onchip(K=" + std::to_string(plan.vectors) + ",threads=" + std::to_string(plan.threads) + ")";
     case Regime::kClSplit: return "cl_split";
+    case Regime::kFlat: return "flat";
     case Regime::kMultiCta: return "multi_cta";
     case Regime::kOnchip: return "onchip(" + kg + ")";
     case Regime::kCluster: return "cluster(" + kg + ",CS=" + std::to_string(plan.cluster) + ")";
@@ -2416,6 +2655,30 @@ ClShape cl_shape(const Plan& plan, DType dtype, Direction direction, const Shape
   return s;
 }
 
+// A flat CTA's coverage: G threads per instance, each reducing up to kFlatPerThread of its
+// elements (more at G = 32); `instances` consecutive instances, enough CTAs to give every SM about a
+// full complement (kFlatThreads threads each) when there are instances for it, at most
+// kFlatSpanBytes per input and kFlatThreads / G instances per CTA. `instances_total` 0 asks for the
+// largest span (the refusal's bound).
+FlatShape flat_shape(DType dtype, int64_t instance_size, int64_t instances_total, int sms) {
+  const int vec = vector_width(dtype);
+  const int64_t M = std::max<int64_t>(1, instance_size);
+  FlatShape s{};
+  s.group = 1;
+  while (s.group < kWarpSize && int64_t(s.group) * kFlatPerThread < M) s.group *= 2;
+  const int64_t most =
+      std::max<int64_t>(1, std::min<int64_t>(kFlatThreads / s.group, kFlatSpanBytes / element_bytes(dtype) / M));
+  const int64_t per_sm = 2048 / kFlatThreads;
+  const int64_t want = instances_total > 0 ? (instances_total + per_sm * sms - 1) / (per_sm * sms) : most;
+  s.instances = static_cast<int>(std::max<int64_t>(1, std::min(want, most)));
+  s.span_vectors = static_cast<int>((int64_t(s.instances) * M + 2 * vec - 2) / vec);
+  return s;
+}
+
+int64_t flat_smem(const FlatShape& s, DType dtype, Direction direction) {
+  return int64_t(inputs_of(direction)) * s.span_vectors * kVectorBytes + int64_t(s.instances) * coef_bytes(dtype, direction);
+}
+
 int64_t cl_onchip_smem(const ClShape& s, DType dtype, Direction direction) {  // scratch [ty][column] + totals
   return (int64_t(s.ty) + 1) * s.tx * s.vec * partial_bytes(dtype, direction);
 }
@@ -2460,6 +2723,10 @@ std::string malformed(DType dtype, Direction direction, const Plan& plan) {
     }
     case Regime::kClSplit:
       if (plan.vectors || plan.threads || plan.cluster || plan.stages) return "a cl_split plan takes no parameters";
+      return "";
+    case Regime::kFlat:
+      if (dtype == DType::kDouble) return "float64 runs only the multi_cta plan";
+      if (plan.vectors || plan.threads || plan.cluster || plan.stages) return "a flat plan takes no parameters";
       return "";
     case Regime::kClOnchip:
       if (dtype == DType::kDouble) return "float64 runs only the multi_cta and cl_split plans";
@@ -2509,6 +2776,17 @@ std::string refusal(DType dtype, Direction direction, const Plan& plan, const Sh
   }
   if (plan.regime == Regime::kMultiCta) return why;
   const int64_t instance_size = shape.instance_size;
+  if (plan.regime == Regime::kFlat) {
+    if (instance_size > kFlatMaxSize) {
+      return "a flat plan holds instances of up to " + std::to_string(kFlatMaxSize) + " elements, not " +
+             std::to_string(instance_size);
+    }
+    const FlatShape s = flat_shape(dtype, instance_size, 0, 1);
+    if (resident_units(kernel_for(dtype, direction, epilogue, plan), 1, kFlatThreads, flat_smem(s, dtype, direction)) == 0) {
+      return "flat cannot run on this device (shared memory or registers)";
+    }
+    return "";
+  }
   const int vec = vector_width(dtype);
   const std::string too_big = describe(plan) + " cannot hold an instance of " + std::to_string(instance_size) + " elements";
   const void* kernel = kernel_for(dtype, direction, epilogue, plan);
@@ -2544,7 +2822,7 @@ std::vector<Plan> candidates(DType dtype, Direction direction, const Shape& shap
     // Otherwise the heuristic copies x to NCHW: the NCHW plans are candidates too (below).
   }
   const int64_t instance_size = shape.instance_size;
-  std::vector<Plan> all{Plan::multi_cta()};
+  std::vector<Plan> all{Plan::multi_cta(), Plan::flat()};
   for (int k : kVectorChoices) {
     for (int g : kThreadChoices) {
       all.push_back(Plan::onchip(k, g));
@@ -2570,6 +2848,12 @@ std::vector<Plan> candidates(DType dtype, Direction direction, const Shape& shap
 int64_t capacity(DType dtype, Direction direction, const Plan& plan, const Shape& shape) {
   if (!malformed(dtype, direction, plan).empty()) return 0;
   if (plan.regime == Regime::kMultiCta || plan.regime == Regime::kClSplit) return -1;
+  if (plan.regime == Regime::kFlat) {
+    Shape probe = shape;
+    probe.channels_last = false;
+    probe.instance_size = kFlatMaxSize;
+    return refusal(dtype, direction, plan, probe).empty() ? kFlatMaxSize : 0;
+  }
   if (plan.regime == Regime::kClOnchip) {  // K rows per thread, one thread along C at the limit
     Shape probe = shape;
     probe.channels_last = true;
@@ -2618,6 +2902,9 @@ Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool
 Plan choose_forward(DType dtype, int64_t instance_size) {
   if (dtype == DType::kDouble) return Plan::multi_cta();  // accuracy over speed: one general path
   const Direction fwd = Direction::kForward;
+  if (instance_size <= kFlatHeuristicSize && refusal(dtype, fwd, Plan::flat(), nchw(instance_size)).empty()) {
+    return Plan::flat();
+  }
   const int64_t slots = vector_slots(instance_size, vector_width(dtype));
   if (slots <= kWarpPlanSlots) {
     const int k = slots <= kWarpSize * 2 ? 2 : slots <= kWarpSize * 4 ? 4 : 8;
@@ -2641,7 +2928,7 @@ Plan choose_forward(DType dtype, int64_t instance_size) {
 // else multi_cta.
 Plan choose_backward(DType dtype, int64_t instance_size) {
   const Plan plan = choose_forward(dtype, instance_size);
-  const bool onchip = plan.regime == Regime::kOnchip || plan.regime == Regime::kCluster;
+  const bool onchip = plan.regime == Regime::kOnchip || plan.regime == Regime::kCluster || plan.regime == Regime::kFlat;
   if (onchip && refusal(dtype, Direction::kBackward, plan, nchw(instance_size)).empty()) return plan;
   bool found = false;
   const Plan stream = choose_stream(dtype, Direction::kBackward, instance_size, &found);
@@ -2718,6 +3005,17 @@ void run(const Plan& plan, const Problem& problem) {
     }
   } else if (plan.regime == Regime::kMultiCta) {
     allocate(chunk_workspace_bytes(problem));
+  } else if (plan.regime == Regime::kFlat) {
+    launch.flat = flat_shape(problem.dtype, problem.instance_size, P, device_info().sms);
+    launch.block = kFlatThreads;
+    launch.smem = static_cast<int>(flat_smem(launch.flat, problem.dtype, problem.direction));
+    IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan), 1, launch.block,
+                            launch.smem) > 0,
+             "instance_norm: plan ", describe(plan), " cannot run on this device");
+    const int64_t units = (P + launch.flat.instances - 1) / launch.flat.instances;
+    IN_CHECK(units <= int64_t(std::numeric_limits<int>::max()),
+             "instance_norm: too many instances (", std::to_string(P), ") for one launch");
+    launch.grid = static_cast<unsigned>(units);
   } else if (plan.regime == Regime::kStream) {
     const int64_t slice = stream_slice_vectors(problem.instance_size, vector_width(problem.dtype), plan.cluster);
     const int64_t smem = stream_smem(plan, slice, problem.direction);
@@ -2886,9 +3184,9 @@ Problem problem_of(const at::Tensor& x, at::Tensor& out, Direction direction, So
 
 Plan plan_from(at::IntArrayRef fields) {
   IN_CHECK(fields.size() == 5, "instance_norm: a plan is [regime, vectors, threads, cluster, stages]");
-  IN_CHECK(fields[0] >= 0 && fields[0] <= 5,
-           "instance_norm: regime must be 0 (multi_cta), 1 (onchip), 2 (cluster), 3 (stream), 4 (cl_onchip) or 5 "
-           "(cl_split)");
+  IN_CHECK(fields[0] >= 0 && fields[0] <= 6,
+           "instance_norm: regime must be 0 (multi_cta), 1 (onchip), 2 (cluster), 3 (stream), 4 (cl_onchip), 5 "
+           "(cl_split) or 6 (flat)");
   for (int64_t f : fields) IN_CHECK(f >= 0 && f <= kMaxBlock, "instance_norm: plan field out of range");
   return {static_cast<Regime>(fields[0]), static_cast<int>(fields[1]), static_cast<int>(fields[2]),
           static_cast<int>(fields[3]), static_cast<int>(fields[4])};
@@ -3589,7 +3887,7 @@ if torch.cuda.is_available():
 # --------------------------------------------------------------------------------------------------
 # Kernel plans (the plan space itself lives in the host C++; these wrap its ops)
 # --------------------------------------------------------------------------------------------------
-_REGIMES = ("multi_cta", "onchip", "cluster", "stream", "cl_onchip", "cl_split")
+_REGIMES = ("multi_cta", "onchip", "cluster", "stream", "cl_onchip", "cl_split", "flat")
 
 
 class Plan(NamedTuple):
@@ -3627,6 +3925,11 @@ class Plan(NamedTuple):
     def cl_split(cls):
         """Channels-last input: partial sweep, merge, element-map sweep."""
         return cls("cl_split")
+
+    @classmethod
+    def flat(cls):
+        """Tiny NCHW instances: several whole instances per CTA, copied to shared memory as one span."""
+        return cls("flat")
 
     @classmethod
     def from_fields(cls, fields):

@@ -210,6 +210,43 @@ def test_plan_onchip(ops, rng, dtype, threads):
         check_plan_sizes(ops, rng, dtype, plan, max_instances=13 if threads < 128 else 6)
 
 
+# Instance sizes for the flat plan: every size up to a few reduction batches, then the edges of a
+# group (8 values per thread: 8, 64, 256 elements), of the 16-byte vector and of the capacity.
+FLAT_SIZES = list(range(1, 34)) + [47, 49, 63, 64, 65, 127, 255, 256, 257, 1000, 1023, 4095, 4096]
+
+
+@pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
+def test_plan_flat(inorm, ops, rng, dtype):
+    """The flat plan (several whole instances per CTA, copied as one span) on every size above, with
+    N*C random up to a few thousand so that instances start anywhere in a vector and the last CTA is
+    partial: forward output and statistics against float64; the backward's dx, dweight and dbias
+    against the multi_cta plan's. One element past the capacity is refused."""
+    plan = inorm.Plan.flat()
+    top = plan_capacity(plan, dtype)
+    assert top == 4096, f"flat capacity {top}"
+    for hw in FLAT_SIZES:
+        n = rng.randint(1, 5)
+        c = rng.randint(1, max(1, min(700, (1 << 22) // (hw * n))))
+        v = with_layout(make_input((n, c) + split_hw(hw, rng), dtype, rng), rng.choice(LAYOUTS))
+        weight, bias = random_affine(c, dtype, rng)
+        what = f"flat {dtype} shape={tuple(v.shape)}"
+        check_plan(ops, v, weight, bias, 1e-5, plan, what)
+        if weight is None:
+            weight, bias = torch.randn(c, device="cuda", dtype=dtype), torch.randn(c, device="cuda", dtype=dtype)
+        _, stats = ops.forward(v, weight, bias, 1e-5)
+        dy = torch.randn_like(v)
+        poison_allocator(v.numel() * v.element_size())
+        got = inorm.backward_with_plan(dy, v, weight, bias, stats, plan)
+        ref = inorm.backward_with_plan(dy, v, weight, bias, stats, inorm.Plan.multi_cta())
+        for name, g, r in zip(("dx", "dweight", "dbias"), got, ref):
+            assert torch.isfinite(g).all(), f"{what}: non-finite {name}"
+            assert rel_err(g, r.double()) <= 4 * TOL[dtype][0], f"{what}: {name} differs from multi_cta's"
+    x = make_input((2, 3, 1, top + 1), dtype, rng)
+    assert inorm.plan_refusal(x, plan) != "", "flat accepted an instance past its capacity"
+    with pytest.raises(RuntimeError):
+        run_ops(ops, x, None, None, 1e-5, plan)
+
+
 @pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
 @pytest.mark.parametrize("cluster", [2, 4, 8, 16])
 def test_plan_cluster(ops, rng, dtype, cluster):
@@ -265,7 +302,8 @@ def test_plan_stream(ops, rng, dtype, cluster):
 
 def test_plan_float64_only_multi_cta(ops, rng):
     x = make_input((2, 3, 5, 7), torch.float64, rng)
-    for plan in [("onchip", 2, 32, 1, 0), ("onchip", 8, 256, 1, 0), ("cluster", 2, 128, 2, 0), ("stream", 8, 512, 2, 2)]:
+    for plan in [("onchip", 2, 32, 1, 0), ("onchip", 8, 256, 1, 0), ("cluster", 2, 128, 2, 0), ("stream", 8, 512, 2, 2),
+                 ("flat", 0, 0, 0, 0)]:
         with pytest.raises(RuntimeError):
             run_ops(ops, x, None, None, 1e-5, plan)
 
@@ -318,7 +356,7 @@ def test_many_instances_every_regime(ops, rng, dtype):
     v = make_input((70000, 1, 2, 3), dtype, rng)
     plans = [("multi_cta", 0, 0, 0, 0)]
     if dtype != torch.float64:
-        plans += [("onchip", 2, 32, 1, 0), ("onchip", 2, 128, 1, 0)]
+        plans += [("onchip", 2, 32, 1, 0), ("onchip", 2, 128, 1, 0), ("flat", 0, 0, 0, 0)]
         if has_clusters():
             plans.append(("cluster", 2, 128, 2, 0))
     for plan in plans:

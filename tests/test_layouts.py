@@ -289,7 +289,7 @@ def test_issue_shapes(inorm, rng, shape, layout, dtype):
     ref, natural = reference_grads(v, ours.weight, ours.bias, dy)
     check_grads(grads, ref, grad_names(ours.weight), dtype, what, natural)
     for name, got, expected, want in zip(grad_names(ours.weight), grads, grads_eager, ref):
-        assert_matches_eager(got, expected, want, dtype, f"{what}: grad of {name}")
+        assert_matches_eager(got, expected, want, dtype, f"{what}: grad of {name}", name)
 
 
 # =========================================================================== plans
@@ -650,7 +650,7 @@ def test_eval_running_stats_channels_last(inorm, rng, rank, dtype):
     ref = torch.autograd.grad(y_ref, leaves, dy.double())
     check_grads(grads, ref, ["x", "weight", "bias"], dtype, what)
     for name, got, expected, want in zip(("x", "weight", "bias"), grads, grads_eager, ref):
-        assert_matches_eager(got, expected, want, dtype, f"{what}: grad of {name}")
+        assert_matches_eager(got, expected, want, dtype, f"{what}: grad of {name}", name)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
