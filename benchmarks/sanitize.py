@@ -4,6 +4,7 @@
     compute-sanitizer --tool racecheck python benchmarks/sanitize.py
     compute-sanitizer --tool synccheck python benchmarks/sanitize.py
     compute-sanitizer --tool memcheck  python benchmarks/sanitize.py --layouts   # channels-last only
+    compute-sanitizer --tool memcheck  python benchmarks/sanitize.py --flat      # the flat plan only
 
 Each shape runs the first and the last plan of every regime the host lists for it
 (instance_norm.candidate_plans, tight), so the sanitizers see every regime the plan space has: a warp per instance, a CTA per instance, clusters,
@@ -34,6 +35,9 @@ def per_regime(plans):
     return [p for group in chosen.values() for p in dict.fromkeys((group[0], group[-1]))]
 
 
+# The flat plan: many tiny instances per CTA starting anywhere in a vector, a partial last CTA, and
+# the largest instance it holds.
+FLAT_SHAPES = [(3, 37, 7, 7), (2, 50, 1, 3), (5, 29, 8, 8), (2, 3, 33, 31), (1, 3, 64, 64)]
 CL_SHAPES = [(3, 8, 7, 9), (2, 5, 33, 31), (2, 64, 7, 7), (1, 16, 67, 301), (2, 8, 5, 6, 7)]
 
 
@@ -49,8 +53,14 @@ def channels_last(t, misaligned=False):
 
 
 only_layouts = "--layouts" in sys.argv[1:]
-cases = [] if only_layouts else [(dtype, shape, False) for dtype in (torch.float32, torch.bfloat16) for shape in SHAPES]
-cases += [(dtype, shape, True) for dtype in (torch.float32, torch.bfloat16) for shape in CL_SHAPES]
+only_flat = "--flat" in sys.argv[1:]
+cases = [] if only_layouts or only_flat else [(dtype, shape, False) for dtype in (torch.float32, torch.bfloat16) for shape in SHAPES]
+if only_flat:
+    cases = [(dtype, shape, False) for dtype in (torch.float32, torch.bfloat16) for shape in FLAT_SHAPES]
+    per_regime_all = per_regime
+    per_regime = lambda plans: [p for p in per_regime_all(plans) if p.regime == "flat"]  # noqa: E731
+else:
+    cases += [(dtype, shape, True) for dtype in (torch.float32, torch.bfloat16) for shape in CL_SHAPES]
 runs = 0
 for index, (dtype, shape, cl) in enumerate(cases):
     x = torch.randn(shape, device="cuda", dtype=dtype)
