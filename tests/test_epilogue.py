@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import (ACT_REF, as_plan, assert_close_to, assert_matches_eager, assert_stats_close, check_grads,
+from conftest import (ACT_REF, near_kink, as_plan, assert_close_to, assert_matches_eager, assert_stats_close, check_grads,
                       DTYPES, expect_layout, LAYOUTS, make_input, plan_capacity, poison_allocator, reference,
                       reference_stats, REGIMES, rel_err, skip_unsupported_regime, split_hw, whole_vectors,
                       with_layout)
@@ -56,12 +56,10 @@ def ref_fused(x, w, b, r, act, slope, eps=EPS, running=None):
 
 
 def kink_safe(dy, z, act):
-    """dy zeroed where z is within rounding of relu's / leaky_relu's kink but not exactly on it."""
+    """dy zeroed where relu's / leaky_relu's kink is not fixed by the input (conftest.near_kink)."""
     if act not in ("relu", "leaky_relu"):
         return dy
-    z = z.detach()
-    near = (z.abs() < 1e-4 * max(1.0, z.abs().max().item())) & (z != 0)
-    return dy.masked_fill(near.to(dy.device), 0)
+    return dy.masked_fill(near_kink(z).to(dy.device), 0)
 
 
 def grad_names(w, r):

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import (ACT_REF, assert_close_to, assert_matches_eager, assert_stats_close, channels_last_strides,
+from conftest import (ACT_REF, near_kink, assert_close_to, assert_matches_eager, assert_stats_close, channels_last_strides,
                       check_grads, CL_REGIMES, DTYPES, expect_layout, is_channels_last_dense, keeps_layout,
                       make_input, poison_allocator, reference_nd, reference_stats, regime_hw, REGIMES,
                       run_ops, skip_unsupported_regime, split_hw)
@@ -125,10 +125,10 @@ def ref_fused_nd(x, w, b, r=None, act="identity", slope=0.0, eps=EPS, running=No
 
 
 def kink_safe(dy, z, act):
-    """dy zeroed (in place, keeping its layout) where z is within rounding of relu's / leaky_relu's kink."""
+    """dy zeroed (in place, keeping its layout) where relu's / leaky_relu's kink is not fixed by the input
+    (conftest.near_kink)."""
     if act in ("relu", "leaky_relu"):
-        z = z.detach()
-        dy.masked_fill_((z.abs() < 1e-4 * max(1.0, z.abs().max().item())) & (z != 0), 0)
+        dy.masked_fill_(near_kink(z).to(dy.device), 0)
     return dy
 
 
