@@ -441,6 +441,20 @@ ACT_REF = {
 }
 
 
+def capture_no_grad(model, x):
+    """A CUDA graph of model(x) without grad, warmed up on a side stream first (as the CUDA graphs docs
+    ask) -> (graph, the static output)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        model(x)  # warm up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        y = model(x)
+    return graph, y
+
+
 def near_kink(z):
     """Where relu's / leaky_relu's choice at z = 0 is not fixed by the input: z within rounding of 0 but
     not 0, and z exactly 0 inside an instance whose z varies (an element equal to the instance's mean by

@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from conftest import (  # shared helpers
+    capture_no_grad,
     BAD_CASE_IDS,
     BAD_CASES,
     BAD_INPUTS,
@@ -691,14 +692,7 @@ def test_cuda_graph_capture(inorm, rng, shape):
         model.weight.copy_(torch.randn(c))
         model.bias.copy_(torch.randn(c))
     x = make_input(shape, torch.float32, rng)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        model(x)  # warm up outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        y = model(x)
+    graph, y = capture_no_grad(model, x)
     for replay in range(2):
         x.copy_(make_input(shape, torch.float32, rng))
         graph.replay()

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import (ACT_REF, near_kink, assert_close_to, assert_matches_eager, assert_stats_close, channels_last_strides,
+from conftest import (ACT_REF, capture_no_grad, near_kink, assert_close_to, assert_matches_eager, assert_stats_close, channels_last_strides,
                       check_grads, CL_REGIMES, DTYPES, expect_layout, is_channels_last_dense, keeps_layout,
                       make_input, poison_allocator, reference_nd, reference_stats, regime_hw, REGIMES,
                       run_ops, skip_unsupported_regime, split_hw)
@@ -863,14 +863,7 @@ def test_cuda_graph_channels_last(inorm, rng, rank):
     shape = {1: (2, 6, 77), 2: (2, 8, 17, 19), 3: (2, 4, 5, 6, 7)}[rank]
     model, _ = module_pair(inorm, rank, shape[1], affine=True)
     x = with_layout_nd(make_input(shape, torch.float32, rng), "channels_last")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        model(x)  # warm up outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        y = model(x)
+    graph, y = capture_no_grad(model, x)
     expect_layout(y, x, None, "captured")
     for replay in range(2):
         x.copy_(make_input(shape, torch.float32, rng))
