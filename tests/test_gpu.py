@@ -265,11 +265,12 @@ def test_plan_cluster(ops, rng, dtype, cluster):
 
 
 @pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
-@pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
-def test_plan_stream(ops, rng, dtype, cluster):
-    """The stream kernel at every cluster size and pipeline depth: instances filling a CTA's
-    slice partly, wholly and barely, and more instances than resident clusters so that every
-    cluster goes round its ring of stages several times. Plans the host refuses (one stage in the
+@pytest.mark.parametrize("family,cluster", [("stream", c) for c in (1, 2, 4, 8, 16)] + [("grid", p) for p in (1, 2, 4, 8, 16, 32)])
+def test_plan_stream(ops, rng, dtype, family, cluster):
+    """The stream kernel at every cluster size and pipeline depth, and its grid twin at every number
+    of parts (CTAs per instance, partials through global memory): instances filling a CTA's slice
+    partly, wholly and barely, and more instances than resident clusters or groups so that every
+    one goes round its ring of stages several times. Plans the host refuses (one stage in the
     forward, stages that do not fit, instances too big or not whole vectors) must raise."""
     import instance_norm
 
@@ -277,9 +278,9 @@ def test_plan_stream(ops, rng, dtype, cluster):
         pytest.skip("the stream kernel needs sm_90+")
     vec = 16 // dtype.itemsize
     for stages in (1, 2, 3, 4):
-        plan = instance_norm.Plan.stream(cluster, stages)
+        plan = getattr(instance_norm.Plan, family)(cluster, stages)
         top = plan_capacity(plan, dtype)
-        if top == 0:  # one stage in the forward; a cluster of one CTA (outside the plan space)
+        if top == 0:  # one stage in the forward; a cluster or group of one CTA (outside the plan space)
             assert stages == 1 or cluster == 1, f"{plan} refused"
             x = make_input((1, 2, 4, 4 * vec), dtype, rng)
             with pytest.raises(RuntimeError):
@@ -304,7 +305,7 @@ def test_plan_stream(ops, rng, dtype, cluster):
 def test_plan_float64_only_multi_cta(ops, rng):
     x = make_input((2, 3, 5, 7), torch.float64, rng)
     for plan in [("onchip", 2, 32, 1, 0), ("onchip", 8, 256, 1, 0), ("cluster", 2, 128, 2, 0), ("stream", 8, 512, 2, 2),
-                 ("flat", 0, 0, 0, 0)]:
+                 ("flat", 0, 0, 0, 0), ("grid", 8, 512, 2, 2)]:
         with pytest.raises(RuntimeError):
             run_ops(ops, x, None, None, 1e-5, plan)
 
@@ -383,7 +384,7 @@ def test_chosen_plans(inorm):
             assert str(plan).strip(), f"{shape} {dtype}: {plan!r}"
     main = torch.empty(1, dtype=torch.float32, device="cuda").expand(112, 64, 512, 512)
     if has_clusters():
-        assert inorm.chosen_plan(main).regime == "stream"
+        assert inorm.chosen_plan(main).regime in ("stream", "grid")
 
 
 # =========================================================================== more than 2**31 elements
@@ -854,6 +855,27 @@ def test_stream_ring_many_instances_deterministic(inorm, ops, rng):
         a = inorm.backward_with_plan(dy, x, weight, bias, first[1], backward)
         b = inorm.backward_with_plan(dy, x, weight, bias, first[1], backward)
         assert all(torch.equal(p, q) for p, q in zip(a, b)), f"backward {backward} {dtype}"
+        # The grid twin merges the same partials in the same order: the same bits, both ways.
+        grid = run_ops(ops, x, weight, bias, 1e-5, inorm.Plan.grid(plan.cluster, plan.stages))
+        assert torch.equal(first[0], grid[0]) and torch.equal(first[1], grid[1]), f"grid twin of {plan} {dtype}"
+        g = inorm.backward_with_plan(dy, x, weight, bias, first[1], inorm.Plan.grid(plan.cluster, 1))
+        assert all(torch.equal(p, q) for p, q in zip(a, g)), f"grid twin of backward {backward} {dtype}"
+
+
+def test_grid_plan_in_cuda_graph(inorm, rng):
+    """A grid plan clears its counters and launches a cooperative grid: both are captured, and each
+    replay starts from cleared counters (a stale count would let a receiver read last replay's slots)."""
+    if not has_clusters():
+        pytest.skip("the stream kernel needs sm_90+")
+    shape, plan = (3, 70, 64, 64), inorm.Plan.grid(4, 2)
+    x = make_input(shape, torch.float32, rng)
+    weight, bias = random_affine(shape[1], torch.float32, rng)
+    graph, y = capture_no_grad(lambda t: inorm.forward_with_plan(t, weight, bias, 1e-5, plan)[0], x)
+    for replay in range(3):
+        x.copy_(make_input(shape, torch.float32, rng))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close_to(y, reference(x, weight, bias), torch.float32, f"replay {replay}")
 
 
 # =========================================================================== eval mode, running statistics, empty inputs
