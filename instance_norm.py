@@ -147,16 +147,14 @@ inline constexpr int kActivations = 6;
 // other fields mean something (the rest are 0). Field order everywhere (C++, the op schema's
 // int[] plan, Python's Plan, the tests): regime, vectors, threads, cluster, stages.
 // The last two serve channels-last input (C innermost): see "Family cl" in the kernels.
-enum class Regime : int {
-  kMultiCta = 0, kOnchip = 1, kCluster = 2, kStream = 3, kClOnchip = 4, kClSplit = 5, kFlat = 6, kGrid = 7
-};
+enum class Regime : int { kMultiCta = 0, kOnchip = 1, kCluster = 2, kStream = 3, kClOnchip = 4, kClSplit = 5, kFlat = 6 };
 
 struct Plan {
   Regime regime;
   int vectors;  // K: 16-byte vectors per thread (stream: fixed, kStreamVectors)
   int threads;  // G: threads per instance per CTA (stream: fixed, kStreamThreads)
-  int cluster;  // CS: CTAs per instance (onchip: 1; grid: CTAs per instance, with no cluster)
-  int stages;   // stream and grid: shared-memory buffers in the ring
+  int cluster;  // CS: CTAs per instance (onchip: 1)
+  int stages;   // stream: shared-memory buffers in the ring
 
   static constexpr Plan multi_cta() { return {Regime::kMultiCta, 0, 0, 0, 0}; }
   static constexpr Plan onchip(int vectors, int threads) { return {Regime::kOnchip, vectors, threads, 1, 0}; }
@@ -166,17 +164,12 @@ struct Plan {
   static constexpr Plan stream(int cluster, int stages) {
     return {Regime::kStream, kStreamVectors, kStreamThreads, cluster, stages};
   }
-  // The stream kernel without clusters: `parts` CTAs of a cooperative grid per instance exchange
-  // their partials through global memory (any number of resident CTAs, not whole clusters).
-  static constexpr Plan grid(int parts, int stages) {
-    return {Regime::kGrid, kStreamVectors, kStreamThreads, parts, stages};
-  }
-  bool streams() const { return regime == Regime::kStream || regime == Regime::kGrid; }
   // vectors: rows per thread (K); threads: the CTA's size cap.
   static constexpr Plan cl_onchip(int rows, int threads) { return {Regime::kClOnchip, rows, threads, 1, 0}; }
   static constexpr Plan cl_split() { return {Regime::kClSplit, 0, 0, 0, 0}; }
-  // Tiny NCHW instances, several whole ones per CTA (instances per CTA: chosen at launch).
-  static constexpr Plan flat() { return {Regime::kFlat, 0, 0, 0, 0}; }
+  // Tiny NCHW instances, several whole ones per CTA. threads: G, the threads reducing one instance;
+  // vectors: the instances per CTA; 0 leaves either to the launch (flat_shape).
+  static constexpr Plan flat(int group = 0, int instances = 0) { return {Regime::kFlat, instances, group, 0, 0}; }
   bool channels_last() const { return regime == Regime::kClOnchip || regime == Regime::kClSplit; }
 };
 
@@ -246,17 +239,10 @@ struct Launch {
   unsigned grid;
   int block;
   int smem;
-  int slice_vectors;  // stream and grid plans: one CTA's slice of an instance, in vectors
+  int slice_vectors;  // stream plans: one CTA's slice of an instance, in vectors
   ClShape cl;         // channels-last plans
   FlatShape flat;     // flat plans
 };
-
-// A grid plan's workspace: a counter per instance (padded to 16 bytes), then `parts` 16-byte
-// partial slots per instance.
-inline int64_t grid_counter_bytes(int64_t instances) { return (instances * 4 + 15) / 16 * 16; }
-inline int64_t grid_workspace_bytes(int64_t instances, int parts) {
-  return grid_counter_bytes(instances) + instances * parts * 16;
-}
 
 // The launch configuration of a cluster kernel, shared by the launch and the occupancy query.
 inline cudaLaunchConfig_t cluster_config(unsigned grid, int block, int smem, int cluster, cudaStream_t stream,
@@ -301,7 +287,6 @@ _KERNEL_SOURCE = r"""
 // Element types and 16-byte vectors
 // =====================================================================================
 #include <cooperative_groups.h>
-#include <type_traits>
 
 namespace cg = cooperative_groups;
 
@@ -1525,10 +1510,6 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_apply_kernel(Params<typen
 // outstanding global stores. Single-input Ops run one instance ahead (send i + 1, then receive
 // i) and write their output through the copy engine, so no thread waits on a store; two-input
 // Ops hold twice the registers and store from them.
-// The grid plans run the same kernel without clusters: a cooperative grid whose CTAs form groups
-// of `parts`, exchanging partials through global memory (GridExchange), so that the grid can use
-// every SM the occupancy allows instead of whole clusters (an H200 fits 7 clusters of 16 CTAs,
-// 112 of its 132 SMs, but 8 groups of 16, 128 SMs).
 // =====================================================================================
 
 #if IN_HAS_CLUSTERS
@@ -1604,23 +1585,17 @@ struct StreamGeometry {
   int vectors;  // count / kVec
 };
 
-// kGrid: the group of `parts` consecutive CTAs plays the cluster's part.
-template <typename T, bool kGrid>
-__device__ __forceinline__ StreamGeometry stream_geometry(int64_t instance_size, int slice_vectors, int parts) {
+template <typename T>
+__device__ __forceinline__ StreamGeometry stream_geometry(int64_t instance_size, int slice_vectors) {
   constexpr int kVec = Elem<T>::kVec;
   StreamGeometry g{};
-  if constexpr (kGrid) {
-    g.cluster_size = parts;
-    g.rank = static_cast<int>(blockIdx.x % parts);
-  } else {
 #if IN_HAS_CLUSTERS
-    cg::cluster_group cluster = cg::this_cluster();
-    g.cluster_size = static_cast<int>(cluster.num_blocks());
-    g.rank = static_cast<int>(cluster.block_rank());
+  cg::cluster_group cluster = cg::this_cluster();
+  g.cluster_size = static_cast<int>(cluster.num_blocks());
+  g.rank = static_cast<int>(cluster.block_rank());
 #else
-    g.cluster_size = 1;
+  g.cluster_size = 1;
 #endif
-  }
   g.cluster_id = blockIdx.x / g.cluster_size;
   g.clusters = gridDim.x / g.cluster_size;
   const int64_t instance_vectors = instance_size / kVec;
@@ -1658,7 +1633,7 @@ struct PartialExchange {
 #endif
   }
   // Warp 0, holding the CTA's partial: lane r sends it to rank r.
-  __device__ void send(const P& partial, int64_t iteration, int64_t, const StreamGeometry& g) const {
+  __device__ void send(const P& partial, int64_t iteration, const StreamGeometry& g) const {
 #if IN_HAS_CLUSTERS
     static_assert(sizeof(P) <= sizeof(uint4), "a partial travels as one 16-byte write");
     const int slot = static_cast<int>(iteration % kSlots);
@@ -1687,50 +1662,12 @@ struct PartialExchange {
 #endif
   }
   // Every thread: the cluster's partials merged in rank order.
-  __device__ P receive(int64_t iteration, int64_t, const StreamGeometry& g) const {
+  __device__ P receive(int64_t iteration, const StreamGeometry& g) const {
     const int slot = static_cast<int>(iteration % kSlots);
     wait_parity(arrived + slot, static_cast<unsigned>((iteration / kSlots) & 1));
     const int lane = threadIdx.x & (kWarpSize - 1);
     PartialBits<P> u;
     u.bits = lane < g.cluster_size ? slots[slot][lane] : make_uint4(0, 0, 0, 0);
-    return warp_reduce(lane < g.cluster_size ? u.partial : P{});
-  }
-};
-
-// The grid plans' exchange: rank r of an instance's group writes its partial to slot
-// [instance][r] in global memory, then adds 1 to the instance's counter with release semantics;
-// a receiving lane waits until its acquire load of the counter sees every part, then reads its
-// slot (lanes past `parts` take the empty partial) and the warp merges them in rank order, as the
-// cluster exchange does: the same bits as a stream plan of as many CTAs. Counters start at zero
-// (the host clears them before the launch) and each is written once per launch. Every wait ends:
-// the launch is cooperative (every CTA resident), a group's CTAs take the same instance at the
-// same iteration, and each sends its partial before it waits for one.
-template <typename P>
-struct GridExchange {
-  unsigned* counters;  // [instances]
-  uint4* slots;        // [instances][parts]
-
-  __device__ void init() const {}
-  __device__ void send(const P& partial, int64_t, int64_t instance, const StreamGeometry& g) const {
-    if (threadIdx.x != 0) return;
-    static_assert(sizeof(P) <= sizeof(uint4), "a partial travels as one 16-byte write");
-    PartialBits<P> u;
-    u.bits = make_uint4(0, 0, 0, 0);
-    u.partial = partial;
-    __stcg(slots + instance * g.cluster_size + g.rank, u.bits);
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(counters + instance) : "memory");
-  }
-  __device__ P receive(int64_t, int64_t instance, const StreamGeometry& g) const {
-    const unsigned parts = static_cast<unsigned>(g.cluster_size);
-    for (;;) {
-      unsigned seen;
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counters + instance) : "memory");
-      if (seen >= parts) break;
-      __nanosleep(32);
-    }
-    const int lane = threadIdx.x & (kWarpSize - 1);
-    PartialBits<P> u;
-    u.bits = lane < g.cluster_size ? __ldcg(slots + instance * g.cluster_size + lane) : make_uint4(0, 0, 0, 0);
     return warp_reduce(lane < g.cluster_size ? u.partial : P{});
   }
 };
@@ -1781,15 +1718,12 @@ __device__ __forceinline__ void load_slice(uint4 (&raw)[V], const uint4* slice, 
 struct StreamShape {
   int stages;
   int slice_vectors;
-  int parts;           // grid plans: CTAs per instance (stream plans: the cluster's size, unused)
-  unsigned* counters;  // grid plans: GridExchange's counters and slots in the workspace
-  uint4* slots;
 };
 
 // Each of the `stages` buffers cycles through: loaded with an instance (bulk copy) and taken into
 // registers; then, running ahead, filled with the previous instance's output, written out by a
 // bulk store and loaded again once that store has read it; otherwise loaded again at once.
-template <class Op, class Addr, int V, bool kGrid>
+template <class Op, class Addr, int V>
 __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typename Op::T> p, StreamShape shape) {
   using T = typename Op::T;
   using Partial = typename Op::Partial;
@@ -1804,26 +1738,15 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
   __shared__ unsigned long long arrived[kSlots];
 
   const int stages = shape.stages;
-  const StreamGeometry g = stream_geometry<T, kGrid>(p.instance_size, shape.slice_vectors, shape.parts);
-  using Exchange = std::conditional_t<kGrid, GridExchange<Partial>, PartialExchange<Partial>>;
-  const Exchange exchange = [&] {
-    if constexpr (kGrid) {
-      return Exchange{shape.counters, shape.slots};
-    } else {
-      return Exchange{slots, arrived};
-    }
-  }();
+  const StreamGeometry g = stream_geometry<T>(p.instance_size, shape.slice_vectors);
+  const PartialExchange<Partial> exchange{slots, arrived};
   const SlicePipeline pipe{stream_storage, full, stages, kIn, shape.slice_vectors};
   const unsigned bytes = static_cast<unsigned>(g.count) * sizeof(T);
   if (threadIdx.x == 0) {
     pipe.init();
     exchange.init();
   }
-  if constexpr (kGrid) {
-    __syncthreads();  // this CTA's barriers initialized before any copy
-  } else {
-    start_cluster();  // barriers initialized everywhere before any copy or send
-  }
+  start_cluster();  // barriers initialized everywhere before any copy or send
   auto instance_of = [&](int64_t iteration) { return g.cluster_id + iteration * g.clusters; };
   auto slice_offset = [&](int64_t instance) { return Addr::base(instance, p.instance_size) + g.begin; };
   auto issue = [&](int64_t iteration) {
@@ -1848,7 +1771,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
     if constexpr (!Op::kRunAhead) {
       if (threadIdx.x == 0) issue(iteration + stages);  // every thread has its slice in registers
     }
-    if (threadIdx.x < kWarpSize) exchange.send(s, iteration, instance_of(iteration), g);
+    if (threadIdx.x < kWarpSize) exchange.send(s, iteration, g);
   };
 
   if (threadIdx.x == 0) {
@@ -1864,7 +1787,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
       for (int k = 0; k < V; ++k) held[0][k] = next[0][k];
       const Known known = next_known;
       if (instance_of(it + 1) < p.num_instances) take(it + 1, next, next_known);
-      const Partial total = exchange.receive(it, instance_of(it), g);
+      const Partial total = exchange.receive(it, g);
       const int64_t instance = instance_of(it);
       const typename Op::Coef c = Op::coef(p, instance, total, known);
       // The output goes into the buffer just taken (or, after the last take, one whose store has
@@ -1887,7 +1810,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
       uint4 held[kIn][V];
       Known known;
       take(it, held, known);
-      const Partial total = exchange.receive(it, instance_of(it), g);
+      const Partial total = exchange.receive(it, g);
       const int64_t instance = instance_of(it);
       const typename Op::Coef c = Op::coef(p, instance, total, known);
       store_whole<Op, V, false>(p, held, p.out + slice_offset(instance), residual_at<Op>(p, slice_offset(instance)),
@@ -2320,13 +2243,8 @@ const void* typed_kernel_for(const Plan& plan) {
   } else {
     switch (plan.regime) {
       case Regime::kStream:
-        return plan.vectors == kStreamVectors
-                   ? reinterpret_cast<const void*>(&stream_kernel<Op, Spans, kStreamVectors, false>)
-                   : nullptr;
-      case Regime::kGrid:
-        return plan.vectors == kStreamVectors
-                   ? reinterpret_cast<const void*>(&stream_kernel<Op, Spans, kStreamVectors, true>)
-                   : nullptr;
+        return plan.vectors == kStreamVectors ? reinterpret_cast<const void*>(&stream_kernel<Op, Spans, kStreamVectors>)
+                                              : nullptr;
       case Regime::kOnchip:
       case Regime::kCluster:
         switch (plan.vectors) {
@@ -2423,29 +2341,11 @@ cudaError_t launch_typed(const Plan& plan, const Problem& pr, const Launch& laun
   if (kernel == nullptr) return cudaErrorInvalidValue;
   Params<typename Op::T> p = params_of<typename Op::T>(pr);
   OnchipShape onchip{plan.threads, plan.cluster};
-  StreamShape stream_shape{plan.stages, launch.slice_vectors, plan.cluster, nullptr, nullptr};
-  void* shape = plan.streams() ? static_cast<void*>(&stream_shape) : static_cast<void*>(&onchip);
+  StreamShape stream_shape{plan.stages, launch.slice_vectors};
+  void* shape = plan.regime == Regime::kStream ? static_cast<void*>(&stream_shape) : static_cast<void*>(&onchip);
   void* args[] = {&p, shape};
   if (plan.regime == Regime::kOnchip) {
     return cudaLaunchKernel(kernel, dim3(launch.grid), dim3(launch.block), args, launch.smem, stream);
-  }
-  if (plan.regime == Regime::kGrid) {  // counters cleared, then a cooperative launch (see GridExchange)
-    auto* base = static_cast<unsigned char*>(workspace);
-    stream_shape.counters = reinterpret_cast<unsigned*>(base);
-    stream_shape.slots = reinterpret_cast<uint4*>(base + grid_counter_bytes(pr.num_instances));
-    const cudaError_t cleared = cudaMemsetAsync(base, 0, grid_counter_bytes(pr.num_instances), stream);
-    if (cleared != cudaSuccess) return cleared;
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeCooperative;
-    attribute.val.cooperative = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(launch.grid);
-    config.blockDim = dim3(launch.block);
-    config.dynamicSmemBytes = launch.smem;
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    return cudaLaunchKernelExC(&config, kernel, args);
   }
   cudaLaunchAttribute attribute;
   const cudaLaunchConfig_t config =
@@ -2653,8 +2553,8 @@ constexpr int kClusterChoices[] = {2, 4, 8, 16};
 // (memcheck) rejects st.async in a cluster of one CTA, and the heuristic never picks one (a CTA of
 // the onchip family holds more), so the space starts at two.
 constexpr int kStreamClusterChoices[] = {2, 4, 8, 16};
-// Grid plans: CTAs per instance; the receiving warp merges one part per lane, so at most 32.
-constexpr int kGridPartChoices[] = {2, 4, 8, 16, 32};
+// Flat plans: G, the threads reducing one instance (0 in a plan: chosen at launch).
+constexpr int kFlatGroupChoices[] = {1, 2, 4, 8, 16, 32};
 // Channels-last onchip: rows per thread, and CTA size caps (the backward holds two tensors: 256).
 constexpr int kClRowChoices[] = {2, 8};
 constexpr int kClThreadChoices[] = {128, 256, 512};
@@ -2694,14 +2594,15 @@ std::string describe(const Plan& plan) {
     case Regime::kClOnchip:
       return "cl_onchip(K=" + std::to_string(plan.vectors) + ",threads=" + std::to_string(plan.threads) + ")";
     case Regime::kClSplit: return "cl_split";
-    case Regime::kFlat: return "flat";
+    case Regime::kFlat:
+      if (plan.threads == 0 && plan.vectors == 0) return "flat";
+      return "flat(G=" + (plan.threads ? std::to_string(plan.threads) : std::string("auto")) +
+             ",I=" + (plan.vectors ? std::to_string(plan.vectors) : std::string("auto")) + ")";
     case Regime::kMultiCta: return "multi_cta";
     case Regime::kOnchip: return "onchip(" + kg + ")";
     case Regime::kCluster: return "cluster(" + kg + ",CS=" + std::to_string(plan.cluster) + ")";
     case Regime::kStream:
       return "stream(CS=" + std::to_string(plan.cluster) + ",S=" + std::to_string(plan.stages) + ")";
-    case Regime::kGrid:
-      return "grid(P=" + std::to_string(plan.cluster) + ",S=" + std::to_string(plan.stages) + ")";
   }
   return "unknown";
 }
@@ -2765,17 +2666,26 @@ ClShape cl_shape(const Plan& plan, DType dtype, Direction direction, const Shape
 // full complement (kFlatThreads threads each) when there are instances for it, at most
 // kFlatSpanBytes per input and kFlatThreads / G instances per CTA. `instances_total` 0 asks for the
 // largest span (the refusal's bound).
-FlatShape flat_shape(DType dtype, int64_t instance_size, int64_t instances_total, int sms) {
+// The most instances a flat CTA of `group` threads per instance holds (threads, and the span's bytes).
+int64_t flat_most_instances(DType dtype, int64_t instance_size, int group) {
+  const int64_t M = std::max<int64_t>(1, instance_size);
+  return std::max<int64_t>(1, std::min<int64_t>(kFlatThreads / group, kFlatSpanBytes / element_bytes(dtype) / M));
+}
+
+// A plan's G and instances per CTA where it names them; otherwise G doubles from 1 while a thread
+// would hold more than kFlatPerThread values, and the CTAs are enough for 8 per SM.
+FlatShape flat_shape(DType dtype, int64_t instance_size, int64_t instances_total, int sms, const Plan& plan) {
   const int vec = vector_width(dtype);
   const int64_t M = std::max<int64_t>(1, instance_size);
   FlatShape s{};
   s.group = 1;
   while (s.group < kWarpSize && int64_t(s.group) * kFlatPerThread < M) s.group *= 2;
-  const int64_t most =
-      std::max<int64_t>(1, std::min<int64_t>(kFlatThreads / s.group, kFlatSpanBytes / element_bytes(dtype) / M));
+  if (plan.threads != 0) s.group = plan.threads;
+  const int64_t most = flat_most_instances(dtype, M, s.group);
   const int64_t per_sm = 2048 / kFlatThreads;
   const int64_t want = instances_total > 0 ? (instances_total + per_sm * sms - 1) / (per_sm * sms) : most;
   s.instances = static_cast<int>(std::max<int64_t>(1, std::min(want, most)));
+  if (plan.vectors != 0) s.instances = static_cast<int>(std::min<int64_t>(plan.vectors, most));
   s.span_vectors = static_cast<int>((int64_t(s.instances) * M + 2 * vec - 2) / vec);
   return s;
 }
@@ -2793,13 +2703,6 @@ int64_t stream_slice_vectors(int64_t instance_size, int vec, int cluster) {
 }
 int64_t stream_smem(const Plan& plan, int64_t slice_vectors, Direction direction) {
   return int64_t(plan.stages) * inputs_of(direction) * slice_vectors * kVectorBytes;
-}
-// How many instance groups a stream or grid plan keeps resident: clusters, or whole groups of
-// `parts` CTAs of a cooperative grid (0: it cannot run).
-int64_t stream_groups(const void* kernel, const Plan& plan, int64_t slice_vectors, Direction direction) {
-  const int64_t smem = stream_smem(plan, slice_vectors, direction);
-  if (plan.regime == Regime::kGrid) return resident_units(kernel, 1, kStreamThreads, smem) / plan.cluster;
-  return resident_units(kernel, plan.cluster, kStreamThreads, smem);
 }
 // The forward's buffers hold an input and, later, an output: it needs two.
 int min_stages(Direction direction) { return direction == Direction::kForward ? 2 : 1; }
@@ -2838,7 +2741,13 @@ std::string malformed(DType dtype, Direction direction, const Plan& plan) {
       return "";
     case Regime::kFlat:
       if (dtype == DType::kDouble) return "float64 runs only the multi_cta plan";
-      if (plan.vectors || plan.threads || plan.cluster || plan.stages) return "a flat plan takes no parameters";
+      if (plan.cluster || plan.stages) return "a flat plan has no cluster or stages";
+      if (plan.threads != 0 && !one_of(plan.threads, kFlatGroupChoices)) {
+        return "a flat plan's threads (G per instance) must be 0 (chosen at launch), 1, 2, 4, 8, 16 or 32";
+      }
+      if (plan.vectors < 0 || plan.vectors > kFlatThreads) {
+        return "a flat plan's vectors (instances per CTA) must be 0 (chosen at launch) to " + std::to_string(kFlatThreads);
+      }
       return "";
     case Regime::kClOnchip:
       if (dtype == DType::kDouble) return "float64 runs only the multi_cta and cl_split plans";
@@ -2849,25 +2758,18 @@ std::string malformed(DType dtype, Direction direction, const Plan& plan) {
       if (plan.cluster != 1 || plan.stages != 0) return "a cl_onchip plan has cluster 1 and no stages";
       return "";
     case Regime::kStream:
-    case Regime::kGrid: {
-      const bool grid = plan.regime == Regime::kGrid;
-      const std::string name = grid ? "grid" : "stream";
       if (dtype == DType::kDouble) return "float64 runs only the multi_cta plan";
       if (plan.vectors != kStreamVectors || plan.threads != kStreamThreads) {
-        return "a " + name + " plan has vectors=" + std::to_string(kStreamVectors) +
+        return "a stream plan has vectors=" + std::to_string(kStreamVectors) +
                " and threads=" + std::to_string(kStreamThreads);
       }
-      if (!grid && !one_of(plan.cluster, kStreamClusterChoices)) return "a stream plan's cluster must be 2, 4, 8 or 16";
-      if (grid && !one_of(plan.cluster, kGridPartChoices)) {
-        return "a grid plan's parts (the cluster field) must be 2, 4, 8, 16 or 32";
-      }
+      if (!one_of(plan.cluster, kStreamClusterChoices)) return "a stream plan's cluster must be 2, 4, 8 or 16";
       if (plan.stages < min_stages(direction) || plan.stages > kStreamMaxStages) {
-        return "this " + name + " plan takes " + std::to_string(min_stages(direction)) + " to " +
+        return "this stream plan takes " + std::to_string(min_stages(direction)) + " to " +
                std::to_string(kStreamMaxStages) + " stages";
       }
-      if (!has_clusters()) return name + " plans need sm_90 or newer";  // the bulk copy engine
+      if (!has_clusters()) return "stream plans need sm_90 or newer";
       return "";
-    }
   }
   return "unknown regime";
 }
@@ -2900,7 +2802,11 @@ std::string refusal(DType dtype, Direction direction, const Plan& plan, const Sh
       return "a flat plan holds instances of up to " + std::to_string(kFlatMaxSize) + " elements, not " +
              std::to_string(instance_size);
     }
-    const FlatShape s = flat_shape(dtype, instance_size, 0, 1);
+    const FlatShape s = flat_shape(dtype, instance_size, 0, 1, plan);
+    if (plan.vectors > flat_most_instances(dtype, instance_size, s.group)) {
+      return describe(plan) + " holds at most " + std::to_string(flat_most_instances(dtype, instance_size, s.group)) +
+             " instances of " + std::to_string(instance_size) + " elements per CTA";
+    }
     if (resident_units(kernel_for(dtype, direction, epilogue, plan), 1, kFlatThreads, flat_smem(s, dtype, direction)) == 0) {
       return "flat cannot run on this device (shared memory or registers)";
     }
@@ -2909,15 +2815,12 @@ std::string refusal(DType dtype, Direction direction, const Plan& plan, const Sh
   const int vec = vector_width(dtype);
   const std::string too_big = describe(plan) + " cannot hold an instance of " + std::to_string(instance_size) + " elements";
   const void* kernel = kernel_for(dtype, direction, epilogue, plan);
-  if (plan.streams()) {
-    if (instance_size % vec != 0) {
-      return "a " + std::string(plan.regime == Regime::kGrid ? "grid" : "stream") +
-             " plan needs H*W times the element size to be a multiple of 16 bytes";
-    }
+  if (plan.regime == Regime::kStream) {
+    if (instance_size % vec != 0) return "a stream plan needs H*W times the element size to be a multiple of 16 bytes";
     const int64_t slice = stream_slice_vectors(instance_size, vec, plan.cluster);
     if (slice > int64_t(kStreamVectors) * kStreamThreads) return too_big;
-    if (stream_groups(kernel, plan, slice, direction) == 0) {
-      return describe(plan) + " does not fit on this device (shared memory, or fewer resident CTAs than parts)";
+    if (resident_units(kernel, plan.cluster, kStreamThreads, stream_smem(plan, slice, direction)) == 0) {
+      return describe(plan) + " does not fit on this device (shared memory)";
     }
     return "";
   }
@@ -2945,6 +2848,8 @@ std::vector<Plan> candidates(DType dtype, Direction direction, const Shape& shap
   }
   const int64_t instance_size = shape.instance_size;
   std::vector<Plan> all{Plan::multi_cta(), Plan::flat()};
+  for (int g : kFlatGroupChoices) all.push_back(Plan::flat(g, 0));
+  for (int i = 1; i <= kFlatThreads; i *= 2) all.push_back(Plan::flat(0, i));
   for (int k : kVectorChoices) {
     for (int g : kThreadChoices) {
       all.push_back(Plan::onchip(k, g));
@@ -2953,9 +2858,6 @@ std::vector<Plan> candidates(DType dtype, Direction direction, const Shape& shap
   }
   for (int cs : kStreamClusterChoices) {
     for (int s = 1; s <= kStreamMaxStages; ++s) all.push_back(Plan::stream(cs, s));
-  }
-  for (int parts : kGridPartChoices) {
-    for (int s = 1; s <= kStreamMaxStages; ++s) all.push_back(Plan::grid(parts, s));
   }
   const int64_t slots = vector_slots(instance_size, vector_width(dtype));
   for (const Plan& plan : all) {
@@ -2973,11 +2875,14 @@ std::vector<Plan> candidates(DType dtype, Direction direction, const Shape& shap
 int64_t capacity(DType dtype, Direction direction, const Plan& plan, const Shape& shape) {
   if (!malformed(dtype, direction, plan).empty()) return 0;
   if (plan.regime == Regime::kMultiCta || plan.regime == Regime::kClSplit) return -1;
-  if (plan.regime == Regime::kFlat) {
+  if (plan.regime == Regime::kFlat) {  // a plan naming its instances per CTA holds smaller ones
     Shape probe = shape;
     probe.channels_last = false;
     probe.instance_size = kFlatMaxSize;
-    return refusal(dtype, direction, plan, probe).empty() ? kFlatMaxSize : 0;
+    if (plan.vectors > 0) {
+      probe.instance_size = std::min<int64_t>(kFlatMaxSize, kFlatSpanBytes / element_bytes(dtype) / plan.vectors);
+    }
+    return refusal(dtype, direction, plan, probe).empty() ? probe.instance_size : 0;
   }
   if (plan.regime == Regime::kClOnchip) {  // K rows per thread, one thread along C at the limit
     Shape probe = shape;
@@ -2992,7 +2897,7 @@ int64_t capacity(DType dtype, Direction direction, const Plan& plan, const Shape
     probe.channels_last = false;
     return refusal(dtype, direction, plan, probe).empty();
   };
-  if (plan.streams()) {
+  if (plan.regime == Regime::kStream) {
     const int64_t per_stage = int64_t(inputs_of(direction)) * kVectorBytes * plan.stages;
     const int64_t smem_slice = (device_info().max_smem - kStaticSmemReserve) / per_stage;
     int64_t slice = std::min<int64_t>(int64_t(kStreamVectors) * kStreamThreads, smem_slice);
@@ -3005,25 +2910,18 @@ int64_t capacity(DType dtype, Direction direction, const Plan& plan, const Shape
 
 Shape nchw(int64_t instance_size) { return {instance_size, 1, false, false, 1, false}; }
 
-// The stream plan of the smallest cluster whose slices fit, with as many stages as fit; then its
-// grid twin (the same slices and stages, the partials through global memory) if that keeps more
-// SMs busy: whole clusters of 16 CTAs leave SMs idle (an H200 runs 7 of them, 112 of its 132 SMs;
-// groups of 16 in a cooperative grid: 8, 128 SMs).
+// The stream plan of the smallest cluster whose slices fit, with as many stages as fit.
 Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool* found) {
   *found = false;
   if (dtype == DType::kDouble || !has_clusters() || instance_size % vector_width(dtype) != 0) return Plan::multi_cta();
   for (int cs : kStreamClusterChoices) {
-    const int64_t slice = stream_slice_vectors(instance_size, vector_width(dtype), cs);
-    if (slice > int64_t(kStreamVectors) * kStreamThreads) continue;
+    if (stream_slice_vectors(instance_size, vector_width(dtype), cs) > int64_t(kStreamVectors) * kStreamThreads) continue;
     for (int stages = kStreamMaxStages; stages >= min_stages(direction); --stages) {
       const Plan plan = Plan::stream(cs, stages);
-      if (!refusal(dtype, direction, plan, nchw(instance_size)).empty()) continue;
-      *found = true;
-      const Plan grid = Plan::grid(cs, stages);
-      if (!refusal(dtype, direction, grid, nchw(instance_size)).empty()) return plan;
-      const int64_t clustered = stream_groups(kernel_for(dtype, direction, false, plan), plan, slice, direction) * cs;
-      const int64_t grouped = stream_groups(kernel_for(dtype, direction, false, grid), grid, slice, direction) * cs;
-      return grouped > clustered ? grid : plan;
+      if (refusal(dtype, direction, plan, nchw(instance_size)).empty()) {
+        *found = true;
+        return plan;
+      }
     }
     break;
   }
@@ -3138,7 +3036,7 @@ void run(const Plan& plan, const Problem& problem) {
   } else if (plan.regime == Regime::kMultiCta) {
     allocate(chunk_workspace_bytes(problem));
   } else if (plan.regime == Regime::kFlat) {
-    launch.flat = flat_shape(problem.dtype, problem.instance_size, P, device_info().sms);
+    launch.flat = flat_shape(problem.dtype, problem.instance_size, P, device_info().sms, plan);
     launch.block = kFlatThreads;
     launch.smem = static_cast<int>(flat_smem(launch.flat, problem.dtype, problem.direction));
     IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan), 1, launch.block,
@@ -3148,17 +3046,17 @@ void run(const Plan& plan, const Problem& problem) {
     IN_CHECK(units <= int64_t(std::numeric_limits<int>::max()),
              "instance_norm: too many instances (", std::to_string(P), ") for one launch");
     launch.grid = static_cast<unsigned>(units);
-  } else if (plan.streams()) {
+  } else if (plan.regime == Regime::kStream) {
     const int64_t slice = stream_slice_vectors(problem.instance_size, vector_width(problem.dtype), plan.cluster);
-    const int64_t groups = stream_groups(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan),
-                                         plan, slice, problem.direction);
-    IN_CHECK(groups > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
+    const int64_t smem = stream_smem(plan, slice, problem.direction);
+    const int resident = resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan),
+                                        plan.cluster, kStreamThreads, smem);
+    IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
     launch.slice_vectors = static_cast<int>(slice);
-    launch.smem = static_cast<int>(stream_smem(plan, slice, problem.direction));
+    launch.smem = static_cast<int>(smem);
     launch.block = kStreamThreads;
-    // A persistent grid: as many clusters (groups) as fit at once, or one per instance if fewer.
-    launch.grid = static_cast<unsigned>(std::min<int64_t>(groups, P) * plan.cluster);
-    if (plan.regime == Regime::kGrid) allocate(grid_workspace_bytes(P, plan.cluster));
+    // A persistent grid: as many clusters as fit at once, or one per instance if there are fewer.
+    launch.grid = static_cast<unsigned>(std::min<int64_t>(resident, P) * plan.cluster);
   } else {
     launch.block = onchip_block(plan);
     launch.smem = static_cast<int>(onchip_smem(plan, problem.direction));
@@ -3316,9 +3214,9 @@ Problem problem_of(const at::Tensor& x, at::Tensor& out, Direction direction, So
 
 Plan plan_from(at::IntArrayRef fields) {
   IN_CHECK(fields.size() == 5, "instance_norm: a plan is [regime, vectors, threads, cluster, stages]");
-  IN_CHECK(fields[0] >= 0 && fields[0] <= 7,
+  IN_CHECK(fields[0] >= 0 && fields[0] <= 6,
            "instance_norm: regime must be 0 (multi_cta), 1 (onchip), 2 (cluster), 3 (stream), 4 (cl_onchip), 5 "
-           "(cl_split), 6 (flat) or 7 (grid)");
+           "(cl_split) or 6 (flat)");
   for (int64_t f : fields) IN_CHECK(f >= 0 && f <= kMaxBlock, "instance_norm: plan field out of range");
   return {static_cast<Regime>(fields[0]), static_cast<int>(fields[1]), static_cast<int>(fields[2]),
           static_cast<int>(fields[3]), static_cast<int>(fields[4])};
@@ -4019,7 +3917,7 @@ if torch.cuda.is_available():
 # --------------------------------------------------------------------------------------------------
 # Kernel plans (the plan space itself lives in the host C++; these wrap its ops)
 # --------------------------------------------------------------------------------------------------
-_REGIMES = ("multi_cta", "onchip", "cluster", "stream", "cl_onchip", "cl_split", "flat", "grid")
+_REGIMES = ("multi_cta", "onchip", "cluster", "stream", "cl_onchip", "cl_split", "flat")
 
 
 class Plan(NamedTuple):
@@ -4049,12 +3947,6 @@ class Plan(NamedTuple):
         return cls("stream", 8, 512, cluster, stages)
 
     @classmethod
-    def grid(cls, parts, stages):
-        """The stream kernel without clusters: ``parts`` CTAs of a cooperative grid per instance,
-        exchanging partials through global memory."""
-        return cls("grid", 8, 512, parts, stages)
-
-    @classmethod
     def cl_onchip(cls, rows, threads):
         """Channels-last input, a CTA per (sample, channel tile) holding ``rows`` rows per thread."""
         return cls("cl_onchip", rows, threads, 1, 0)
@@ -4065,9 +3957,10 @@ class Plan(NamedTuple):
         return cls("cl_split")
 
     @classmethod
-    def flat(cls):
-        """Tiny NCHW instances: several whole instances per CTA, copied to shared memory as one span."""
-        return cls("flat")
+    def flat(cls, group=0, instances=0):
+        """Tiny NCHW instances: several whole instances per CTA, copied to shared memory as one span;
+        ``group`` threads reduce each instance, ``instances`` per CTA (0: chosen at launch)."""
+        return cls("flat", instances, group, 0, 0)
 
     @classmethod
     def from_fields(cls, fields):

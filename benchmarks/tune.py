@@ -1,6 +1,6 @@
 """Time candidate kernel plans per shape against the copy floor (development tool, needs a GPU).
 
-    python benchmarks/tune.py [--shapes main|sweep|NxCxHxW,...] [--dtypes float32,bfloat16] [--backward]
+    python benchmarks/tune.py [--shapes main|sweep|NxCxHxW,...] [--dtypes float32,bfloat16] [--backward] [--graph]
 
 The plans are the ones the host's plan space lists for the shape (``instance_norm.candidate_plans``
 with ``tight``: every regime, at most about twice the capacity an instance needs), so this tool
@@ -27,6 +27,31 @@ def device_ms(fn):
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+def graph_ms(fn, calls=20, replays=15):
+    """Device time per call from CUDA-graph replay of `calls` back-to-back calls (L2 warm: what a
+    small shape costs inside a captured network, with no launch or host cost); median over replays."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return sorted(times)[len(times) // 2]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="sweep")
@@ -34,10 +59,14 @@ def main():
     parser.add_argument("--top", type=int, default=8)
     parser.add_argument("--backward", action="store_true", help="tune backward_with_plan instead")
     parser.add_argument("--match", default="", help="only plans whose name contains one of these (comma list)")
+    parser.add_argument("--graph", action="store_true",
+                        help="time by CUDA-graph replay (L2 warm) instead of do_bench (L2 flushed)")
     args = parser.parse_args()
+    timer = graph_ms if args.graph else device_ms
     ops = instance_norm.load_extension()
     multi_cta = instance_norm.Plan.multi_cta()
-    print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
+    print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}  "
+          f"timing: {'CUDA-graph replay, L2 warm' if args.graph else 'do_bench median, L2 flushed'}", flush=True)
     for dtype_name in args.dtypes.split(","):
         dtype = getattr(torch, dtype_name)
         for shape in parse_shapes(args.shapes):
@@ -46,7 +75,7 @@ def main():
             out = torch.empty_like(x)
             if args.backward:
                 dy = torch.randn_like(x)
-                floor = device_ms(lambda: torch.add(x, dy, out=out))
+                floor = timer(lambda: torch.add(x, dy, out=out))
                 _, stats = ops.forward(x, w, None, 1e-5)
 
                 def run(plan):
@@ -54,7 +83,7 @@ def main():
 
                 default = lambda: ops.backward(dy, x, w, None, stats)  # noqa: E731
             else:
-                floor = device_ms(lambda: out.copy_(x))
+                floor = timer(lambda: out.copy_(x))
 
                 def run(plan):
                     return instance_norm.forward_with_plan(x, w, None, 1e-5, plan)
@@ -69,8 +98,8 @@ def main():
                 if args.match and not any(part in str(plan) for part in args.match.split(",")):
                     continue
                 err = (run(plan)[0].float() - ref.float()).abs().max().item()
-                rows.append((device_ms(lambda: run(plan)), str(plan), err))
-            t_default = device_ms(default)
+                rows.append((timer(lambda: run(plan)), str(plan), err))
+            t_default = timer(default)
             for t, name, err in sorted(rows)[: args.top]:
                 print(f"  {name:<26} {t:8.4f} ms  x{t / floor:5.2f} floor   maxdiff {err:.1e}", flush=True)
             print(f"  {'default':<26} {t_default:8.4f} ms  x{t_default / floor:5.2f} floor", flush=True)

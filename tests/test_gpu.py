@@ -226,26 +226,53 @@ def test_plan_flat(inorm, ops, rng, dtype):
     top = plan_capacity(plan, dtype)
     assert top == 4096, f"flat capacity {top}"
     for hw in FLAT_SIZES:
-        n = rng.randint(1, 5)
-        c = rng.randint(1, max(1, min(700, (1 << 22) // (hw * n))))
-        v = with_layout(make_input((n, c) + split_hw(hw, rng), dtype, rng), rng.choice(LAYOUTS))
-        weight, bias = random_affine(c, dtype, rng)
-        what = f"flat {dtype} shape={tuple(v.shape)}"
-        check_plan(ops, v, weight, bias, 1e-5, plan, what)
-        if weight is None:
-            weight, bias = torch.randn(c, device="cuda", dtype=dtype), torch.randn(c, device="cuda", dtype=dtype)
-        _, stats = ops.forward(v, weight, bias, 1e-5)
-        dy = torch.randn_like(v)
-        poison_allocator(v.numel() * v.element_size())
-        got = inorm.backward_with_plan(dy, v, weight, bias, stats, plan)
-        ref = inorm.backward_with_plan(dy, v, weight, bias, stats, inorm.Plan.multi_cta())
-        for name, g, r in zip(("dx", "dweight", "dbias"), got, ref):
-            assert torch.isfinite(g).all(), f"{what}: non-finite {name}"
-            assert rel_err(g, r.double()) <= 4 * TOL[dtype][0], f"{what}: {name} differs from multi_cta's"
+        check_flat(inorm, ops, rng, dtype, plan, hw)
     x = make_input((2, 3, 1, top + 1), dtype, rng)
     assert inorm.plan_refusal(x, plan) != "", "flat accepted an instance past its capacity"
     with pytest.raises(RuntimeError):
         run_ops(ops, x, None, None, 1e-5, plan)
+
+
+def check_flat(inorm, ops, rng, dtype, plan, hw):
+    """A flat plan on (n, c, hw) with N*C random up to a few thousand: forward against float64, the
+    backward's dx, dweight and dbias against the multi_cta plan's."""
+    n = rng.randint(1, 5)
+    c = rng.randint(1, max(1, min(700, (1 << 22) // (hw * n))))
+    v = with_layout(make_input((n, c) + split_hw(hw, rng), dtype, rng), rng.choice(LAYOUTS))
+    weight, bias = random_affine(c, dtype, rng)
+    what = f"{plan} {dtype} shape={tuple(v.shape)}"
+    check_plan(ops, v, weight, bias, 1e-5, plan, what)
+    if weight is None:
+        weight, bias = torch.randn(c, device="cuda", dtype=dtype), torch.randn(c, device="cuda", dtype=dtype)
+    _, stats = ops.forward(v, weight, bias, 1e-5)
+    dy = torch.randn_like(v)
+    poison_allocator(v.numel() * v.element_size())
+    got = inorm.backward_with_plan(dy, v, weight, bias, stats, plan)
+    ref = inorm.backward_with_plan(dy, v, weight, bias, stats, inorm.Plan.multi_cta())
+    for name, g, r in zip(("dx", "dweight", "dbias"), got, ref):
+        assert torch.isfinite(g).all(), f"{what}: non-finite {name}"
+        assert rel_err(g, r.double()) <= 4 * TOL[dtype][0], f"{what}: {name} differs from multi_cta's"
+
+
+@pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
+def test_plan_flat_named_shape(inorm, ops, rng, dtype):
+    """Flat plans that name G (threads per instance: more than an instance has elements, too) or the
+    instances per CTA, on sizes up to their capacity; a plan naming more instances than fit is refused."""
+    for group in (1, 2, 4, 8, 16, 32):
+        plan = inorm.Plan.flat(group, 0)
+        for hw in (1, 2, 7, 49, 64, rng.randint(65, 700), plan_capacity(plan, dtype)):
+            check_flat(inorm, ops, rng, dtype, plan, hw)
+    for instances in (1, 3, 16, 100, 256):
+        plan = inorm.Plan.flat(0, instances)
+        top = plan_capacity(plan, dtype)
+        assert top >= 16, f"{plan}: capacity {top}"
+        for hw in (1, 5, rng.randint(1, top), top):
+            check_flat(inorm, ops, rng, dtype, plan, hw)
+        if top < 4096:
+            x = make_input((2, 3, 1, top + 1), dtype, rng)
+            assert inorm.plan_refusal(x, plan) != "", f"{plan} accepted an instance past its capacity"
+    with pytest.raises(RuntimeError):  # 32 threads per instance leave room for 8 instances per CTA
+        run_ops(ops, make_input((2, 3, 4, 4), dtype, rng), None, None, 1e-5, inorm.Plan.flat(32, 9))
 
 
 @pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
@@ -265,12 +292,11 @@ def test_plan_cluster(ops, rng, dtype, cluster):
 
 
 @pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
-@pytest.mark.parametrize("family,cluster", [("stream", c) for c in (1, 2, 4, 8, 16)] + [("grid", p) for p in (1, 2, 4, 8, 16, 32)])
-def test_plan_stream(ops, rng, dtype, family, cluster):
-    """The stream kernel at every cluster size and pipeline depth, and its grid twin at every number
-    of parts (CTAs per instance, partials through global memory): instances filling a CTA's slice
-    partly, wholly and barely, and more instances than resident clusters or groups so that every
-    one goes round its ring of stages several times. Plans the host refuses (one stage in the
+@pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
+def test_plan_stream(ops, rng, dtype, cluster):
+    """The stream kernel at every cluster size and pipeline depth: instances filling a CTA's
+    slice partly, wholly and barely, and more instances than resident clusters so that every
+    cluster goes round its ring of stages several times. Plans the host refuses (one stage in the
     forward, stages that do not fit, instances too big or not whole vectors) must raise."""
     import instance_norm
 
@@ -278,9 +304,9 @@ def test_plan_stream(ops, rng, dtype, family, cluster):
         pytest.skip("the stream kernel needs sm_90+")
     vec = 16 // dtype.itemsize
     for stages in (1, 2, 3, 4):
-        plan = getattr(instance_norm.Plan, family)(cluster, stages)
+        plan = instance_norm.Plan.stream(cluster, stages)
         top = plan_capacity(plan, dtype)
-        if top == 0:  # one stage in the forward; a cluster or group of one CTA (outside the plan space)
+        if top == 0:  # one stage in the forward; a cluster of one CTA (outside the plan space)
             assert stages == 1 or cluster == 1, f"{plan} refused"
             x = make_input((1, 2, 4, 4 * vec), dtype, rng)
             with pytest.raises(RuntimeError):
@@ -305,7 +331,7 @@ def test_plan_stream(ops, rng, dtype, family, cluster):
 def test_plan_float64_only_multi_cta(ops, rng):
     x = make_input((2, 3, 5, 7), torch.float64, rng)
     for plan in [("onchip", 2, 32, 1, 0), ("onchip", 8, 256, 1, 0), ("cluster", 2, 128, 2, 0), ("stream", 8, 512, 2, 2),
-                 ("flat", 0, 0, 0, 0), ("grid", 8, 512, 2, 2)]:
+                 ("flat", 0, 0, 0, 0)]:
         with pytest.raises(RuntimeError):
             run_ops(ops, x, None, None, 1e-5, plan)
 
@@ -384,7 +410,7 @@ def test_chosen_plans(inorm):
             assert str(plan).strip(), f"{shape} {dtype}: {plan!r}"
     main = torch.empty(1, dtype=torch.float32, device="cuda").expand(112, 64, 512, 512)
     if has_clusters():
-        assert inorm.chosen_plan(main).regime in ("stream", "grid")
+        assert inorm.chosen_plan(main).regime == "stream"
 
 
 # =========================================================================== more than 2**31 elements
@@ -855,27 +881,6 @@ def test_stream_ring_many_instances_deterministic(inorm, ops, rng):
         a = inorm.backward_with_plan(dy, x, weight, bias, first[1], backward)
         b = inorm.backward_with_plan(dy, x, weight, bias, first[1], backward)
         assert all(torch.equal(p, q) for p, q in zip(a, b)), f"backward {backward} {dtype}"
-        # The grid twin merges the same partials in the same order: the same bits, both ways.
-        grid = run_ops(ops, x, weight, bias, 1e-5, inorm.Plan.grid(plan.cluster, plan.stages))
-        assert torch.equal(first[0], grid[0]) and torch.equal(first[1], grid[1]), f"grid twin of {plan} {dtype}"
-        g = inorm.backward_with_plan(dy, x, weight, bias, first[1], inorm.Plan.grid(plan.cluster, 1))
-        assert all(torch.equal(p, q) for p, q in zip(a, g)), f"grid twin of backward {backward} {dtype}"
-
-
-def test_grid_plan_in_cuda_graph(inorm, rng):
-    """A grid plan clears its counters and launches a cooperative grid: both are captured, and each
-    replay starts from cleared counters (a stale count would let a receiver read last replay's slots)."""
-    if not has_clusters():
-        pytest.skip("the stream kernel needs sm_90+")
-    shape, plan = (3, 70, 64, 64), inorm.Plan.grid(4, 2)
-    x = make_input(shape, torch.float32, rng)
-    weight, bias = random_affine(shape[1], torch.float32, rng)
-    graph, y = capture_no_grad(lambda t: inorm.forward_with_plan(t, weight, bias, 1e-5, plan)[0], x)
-    for replay in range(3):
-        x.copy_(make_input(shape, torch.float32, rng))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert_close_to(y, reference(x, weight, bias), torch.float32, f"replay {replay}")
 
 
 # =========================================================================== eval mode, running statistics, empty inputs
