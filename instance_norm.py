@@ -130,7 +130,9 @@ inline constexpr int kClSplitThreads = 256;      // channels-last split: partial
 inline constexpr int kClMaxColumnThreads = 32;   // channels-last: threads along C in a CTA (a tile)
 inline constexpr int kFlatThreads = 256;         // flat: a CTA's size
 inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's values, at most (up to G = 32)
-inline constexpr int kFlatMaxSize = 4096;        // flat: the largest instance (elements); a CTA's span
+inline constexpr int kFlatMaxPerThread = 128;    // flat: ... in any plan (its float32 sums run in sequence: a
+                                                 // plan of G = 1 on 4096 elements missed 1e-5 in the stats)
+inline constexpr int kFlatMaxSize = kWarpSize * kFlatMaxPerThread;  // flat: the largest instance; a CTA's span
 inline constexpr int kFlatSpanBytes = 16384;     // ... is at most this many bytes per input (plus edges)
 
 enum class DType : int { kFloat, kHalf, kBFloat16, kDouble };
@@ -457,12 +459,24 @@ template <typename acc_t> struct Stats {
   acc_t mean, m2, n;
 };
 
+// 1 / n for a count n >= 1. Partials multiply by it instead of dividing by the count: an IEEE
+// division whose dividend is zero or tiny (an empty partial's count, the sum of deviations from a
+// first mean, which is near 0 by construction) fails the fast path's range check (FCHK) and calls
+// the division's slow-path subroutine, per lane. ncu on the stream kernel (main shape fp32, H200)
+// found 18 % of its executed instructions there: five such calls per warp per instance in the
+// cluster's merge alone, where half the lanes hold empty partials. 1 / n takes the fast path. The
+// results stay exact where they were: a constant instance's mean (the corrected two-sweep puts
+// back what the rounded reciprocal moved) and sums of powers of two.
+template <typename acc_t>
+__device__ __forceinline__ acc_t inverse_count(acc_t n) {
+  return acc_t(1) / n;
+}
+
 // Chan et al.'s pairwise merge: exact for constant data and free of cancellation.
 template <typename acc_t>
 __device__ __forceinline__ Stats<acc_t> combine(const Stats<acc_t>& a, const Stats<acc_t>& b) {
   const acc_t n = a.n + b.n;
-  // Merging two empty partials divides 0 by 1, not 0 by 0, which would take the division's slow path.
-  const acc_t wb = b.n / (n > acc_t(1) ? n : acc_t(1));
+  const acc_t wb = b.n * inverse_count(n > acc_t(1) ? n : acc_t(1));  // two empty partials: 0 * 1
   const acc_t delta = b.mean - a.mean;
   return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb, n};
 }
@@ -792,7 +806,8 @@ __device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const Vecto
   }
   if (vectors == 0) return {acc_t(0), acc_t(0), acc_t(0)};
   const acc_t n = static_cast<acc_t>(vectors * kVec);
-  const acc_t mean0 = sum / n;
+  const acc_t inv_n = inverse_count(n);
+  const acc_t mean0 = sum * inv_n;
   acc_t d = 0, q = 0;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
@@ -806,8 +821,8 @@ __device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const Vecto
       }
     }
   }
-  const acc_t m2 = q - d * d / n;
-  return {mean0 + d / n, m2 > acc_t(0) ? m2 : acc_t(0), n};
+  const acc_t m2 = q - d * d * inv_n;
+  return {mean0 + d * inv_n, m2 > acc_t(0) ? m2 : acc_t(0), n};
 }
 
 // The forward: statistics of x, then y = act(((x - mean) * rstd) * weight + bias) (+ residual).
@@ -867,7 +882,8 @@ struct Forward {
 #pragma unroll 4
     for (int k = 0; k < count; ++k) sum += get(0, k);
     const acc_t n = static_cast<acc_t>(count);
-    const acc_t mean0 = sum / n;
+    const acc_t inv_n = inverse_count(n);
+    const acc_t mean0 = sum * inv_n;
     acc_t d = 0, q = 0;
 #pragma unroll 4
     for (int k = 0; k < count; ++k) {
@@ -875,8 +891,8 @@ struct Forward {
       d += e;
       q += e * e;
     }
-    const acc_t m2 = q - d * d / n;
-    return {mean0 + d / n, m2 > acc_t(0) ? m2 : acc_t(0), n};
+    const acc_t m2 = q - d * d * inv_n;
+    return {mean0 + d * inv_n, m2 > acc_t(0) ? m2 : acc_t(0), n};
   }
   __device__ static acc_t rstd_of(const Params<T>& p, const Partial& total) {
     return rsqrt(total.m2 / static_cast<acc_t>(p.instance_size) + p.eps);
@@ -2572,6 +2588,11 @@ constexpr int kWarpPlanSlots = kWarpSize * 8;
 // at 7x7 (benchmarks/NOTES.md); 64..256 is open (a warp per instance won at 16x16 against the
 // first flat kernel).
 constexpr int64_t kFlatHeuristicSize = 64;
+// A flat launch without a named instance count sizes CTAs so that this many fit per SM: 4 (512
+// CTAs at (64,256,7,7)) against 8 before took CUDA-graph replay of fp32 7x7 from 6.2 to 5.6 us,
+// bf16 from 6.3 to 5.4 us, the fp32 backward from 8.4 to 7.2 us, within noise of do_bench's
+// L2-flushed figures (H200, benchmarks/NOTES.md).
+constexpr int64_t kFlatCtasPerSm = 4;
 constexpr int kHeuristicCluster = 8;
 constexpr int kHeuristicClusterBlocks = 4;
 // candidates(tight): on-chip plans of at most twice the slots an instance needs, plus this slack
@@ -2682,7 +2703,7 @@ FlatShape flat_shape(DType dtype, int64_t instance_size, int64_t instances_total
   while (s.group < kWarpSize && int64_t(s.group) * kFlatPerThread < M) s.group *= 2;
   if (plan.threads != 0) s.group = plan.threads;
   const int64_t most = flat_most_instances(dtype, M, s.group);
-  const int64_t per_sm = 2048 / kFlatThreads;
+  const int64_t per_sm = kFlatCtasPerSm;
   const int64_t want = instances_total > 0 ? (instances_total + per_sm * sms - 1) / (per_sm * sms) : most;
   s.instances = static_cast<int>(std::max<int64_t>(1, std::min(want, most)));
   if (plan.vectors != 0) s.instances = static_cast<int>(std::min<int64_t>(plan.vectors, most));
@@ -2803,6 +2824,10 @@ std::string refusal(DType dtype, Direction direction, const Plan& plan, const Sh
              std::to_string(instance_size);
     }
     const FlatShape s = flat_shape(dtype, instance_size, 0, 1, plan);
+    if (instance_size > int64_t(s.group) * kFlatMaxPerThread) {
+      return describe(plan) + " gives each reducing thread at most " + std::to_string(kFlatMaxPerThread) +
+             " values: instances of up to " + std::to_string(int64_t(s.group) * kFlatMaxPerThread) + " elements";
+    }
     if (plan.vectors > flat_most_instances(dtype, instance_size, s.group)) {
       return describe(plan) + " holds at most " + std::to_string(flat_most_instances(dtype, instance_size, s.group)) +
              " instances of " + std::to_string(instance_size) + " elements per CTA";
@@ -2882,6 +2907,7 @@ int64_t capacity(DType dtype, Direction direction, const Plan& plan, const Shape
     if (plan.vectors > 0) {
       probe.instance_size = std::min<int64_t>(kFlatMaxSize, kFlatSpanBytes / element_bytes(dtype) / plan.vectors);
     }
+    if (plan.threads > 0) probe.instance_size = std::min<int64_t>(probe.instance_size, int64_t(plan.threads) * kFlatMaxPerThread);
     return refusal(dtype, direction, plan, probe).empty() ? probe.instance_size : 0;
   }
   if (plan.regime == Regime::kClOnchip) {  // K rows per thread, one thread along C at the limit

@@ -489,7 +489,7 @@ def check_grads(got, ref, names, dtype, what, natural=0.0, eager=None):
         assert g is not None and g.shape == want.shape and g.dtype == dtype, f"{what}: grad of {name}"
         assert torch.isfinite(g).all(), f"{what}: non-finite grad of {name}"
         if name in ("weight", "bias"):
-            err = rel_err(g, want)
+            err = rel_err(g, want, dtype=dtype)
             assert err <= PARAM_TOL[dtype], f"{what}: grad of {name}: relative error {err:.3g}"
         elif name == "x" and natural > want.norm().item():
             # Both bounds widen to twice eager's own error when ours misses them: a (3, 2, 2, 1) float32

@@ -257,11 +257,17 @@ def check_flat(inorm, ops, rng, dtype, plan, hw):
 @pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
 def test_plan_flat_named_shape(inorm, ops, rng, dtype):
     """Flat plans that name G (threads per instance: more than an instance has elements, too) or the
-    instances per CTA, on sizes up to their capacity; a plan naming more instances than fit is refused."""
+    instances per CTA, on sizes up to their capacity; past it (more than 128 values per reducing
+    thread, or more instances than fit a CTA) the plan is refused."""
     for group in (1, 2, 4, 8, 16, 32):
         plan = inorm.Plan.flat(group, 0)
-        for hw in (1, 2, 7, 49, 64, rng.randint(65, 700), plan_capacity(plan, dtype)):
-            check_flat(inorm, ops, rng, dtype, plan, hw)
+        top = plan_capacity(plan, dtype)  # at most 128 values per reducing thread
+        assert top == min(4096, 128 * group), f"{plan}: capacity {top}"
+        for hw in (1, 2, 7, 49, 64, rng.randint(1, top), top):
+            check_flat(inorm, ops, rng, dtype, plan, min(hw, top))
+        if top < 4096:
+            x = make_input((2, 3, 1, top + 1), dtype, rng)
+            assert inorm.plan_refusal(x, plan) != "", f"{plan} accepted an instance past its capacity"
     for instances in (1, 3, 16, 100, 256):
         plan = inorm.Plan.flat(0, instances)
         top = plan_capacity(plan, dtype)
