@@ -466,7 +466,8 @@ template <typename acc_t> struct Stats {
 // found 18 % of its executed instructions there: five such calls per warp per instance in the
 // cluster's merge alone, where half the lanes hold empty partials. 1 / n takes the fast path. The
 // results stay exact where they were: a constant instance's mean (the corrected two-sweep puts
-// back what the rounded reciprocal moved) and sums of powers of two.
+// back what the rounded reciprocal moved), merges into an empty partial (below) and counts that
+// are powers of two.
 template <typename acc_t>
 __device__ __forceinline__ acc_t inverse_count(acc_t n) {
   return acc_t(1) / n;
@@ -476,7 +477,9 @@ __device__ __forceinline__ acc_t inverse_count(acc_t n) {
 template <typename acc_t>
 __device__ __forceinline__ Stats<acc_t> combine(const Stats<acc_t>& a, const Stats<acc_t>& b) {
   const acc_t n = a.n + b.n;
-  const acc_t wb = b.n * inverse_count(n > acc_t(1) ? n : acc_t(1));  // two empty partials: 0 * 1
+  // Into an empty `a` (a running merge starts from one), b's weight is exactly 1: b.n * (1 / b.n)
+  // may round to 1 - 2^-24, which moved a constant instance's mean by an ulp (multi_cta, bf16).
+  const acc_t wb = a.n == acc_t(0) ? acc_t(1) : b.n * inverse_count(n);
   const acc_t delta = b.mean - a.mean;
   return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb, n};
 }
