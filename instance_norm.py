@@ -33,7 +33,7 @@ stream (sm_90)    one to 16 CTAs' worth, bytes a   a persistent grid of clusters
                   512x512, is 1 MiB)               engine keeps the next instances in flight and
                                                    writes the output; partials go to the peers
                                                    by st.async with no cluster barrier: 1.03x
-                                                   an H100's copy, 1.45x an H200's (only 7
+                                                   an H100's copy, 1.09x an H200's (fp32; 7
                                                    clusters of 16 fit there)
 cluster (sm_90)   up to 4 CTAs' worth that the     8 CTAs per instance exchanging partials
                   stream kernel refuses (bytes     through distributed shared memory
