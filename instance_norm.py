@@ -134,6 +134,7 @@ inline constexpr int kFlatMaxPerThread = 128;    // flat: ... in any plan (its f
                                                  // plan of G = 1 on 4096 elements missed 1e-5 in the stats)
 inline constexpr int kFlatMaxSize = kWarpSize * kFlatMaxPerThread;  // flat: the largest instance; a CTA's span
 inline constexpr int kFlatSpanBytes = 16384;     // ... is at most this many bytes per input (plus edges)
+static_assert(kFlatMaxSize * 4 <= kFlatSpanBytes, "a flat CTA holds the largest float32 instance");
 
 enum class DType : int { kFloat, kHalf, kBFloat16, kDouble };
 enum class Direction : int { kForward, kBackward };
@@ -2591,8 +2592,8 @@ constexpr int kWarpPlanSlots = kWarpSize * 8;
 // at 7x7 (benchmarks/NOTES.md); 64..256 is open (a warp per instance won at 16x16 against the
 // first flat kernel).
 constexpr int64_t kFlatHeuristicSize = 64;
-// A flat launch without a named instance count sizes CTAs so that this many fit per SM: 4 (512
-// CTAs at (64,256,7,7)) against 8 before took CUDA-graph replay of fp32 7x7 from 6.2 to 5.6 us,
+// A flat launch without a named instance count sizes its grid to about this many CTAs per SM: 4
+// (512 CTAs at (64,256,7,7)) against 8 before took CUDA-graph replay of fp32 7x7 from 6.2 to 5.6 us,
 // bf16 from 6.3 to 5.4 us, the fp32 backward from 8.4 to 7.2 us, within noise of do_bench's
 // L2-flushed figures (H200, benchmarks/NOTES.md).
 constexpr int64_t kFlatCtasPerSm = 4;
@@ -2685,19 +2686,17 @@ ClShape cl_shape(const Plan& plan, DType dtype, Direction direction, const Shape
   return s;
 }
 
-// A flat CTA's coverage: G threads per instance, each reducing up to kFlatPerThread of its
-// elements (more at G = 32); `instances` consecutive instances, enough CTAs to give every SM about a
-// full complement (kFlatThreads threads each) when there are instances for it, at most
-// kFlatSpanBytes per input and kFlatThreads / G instances per CTA. `instances_total` 0 asks for the
-// largest span (the refusal's bound).
 // The most instances a flat CTA of `group` threads per instance holds (threads, and the span's bytes).
 int64_t flat_most_instances(DType dtype, int64_t instance_size, int group) {
   const int64_t M = std::max<int64_t>(1, instance_size);
   return std::max<int64_t>(1, std::min<int64_t>(kFlatThreads / group, kFlatSpanBytes / element_bytes(dtype) / M));
 }
 
-// A plan's G and instances per CTA where it names them; otherwise G doubles from 1 while a thread
-// would hold more than kFlatPerThread values, and the CTAs are enough for 8 per SM.
+// A flat CTA's coverage: G threads per instance and `instances` consecutive instances, as the plan
+// names them; otherwise G doubles from 1 while a thread would hold more than kFlatPerThread values
+// (up to a warp), and the grid has about kFlatCtasPerSm CTAs per SM when there are instances for
+// it; always at most kFlatSpanBytes per input and kFlatThreads / G instances per CTA.
+// `instances_total` 0 asks for the largest span (the refusal's bound).
 FlatShape flat_shape(DType dtype, int64_t instance_size, int64_t instances_total, int sms, const Plan& plan) {
   const int vec = vector_width(dtype);
   const int64_t M = std::max<int64_t>(1, instance_size);

@@ -186,7 +186,8 @@ def reference_stats(x, eps):
 def rel_err(out, ref, scale=None, dtype=None):
     """||out - ref|| / ||scale|| (scale defaults to ref) in float64 (NaN propagates, so a NaN fails any
     `<=`). With `dtype`, the denominator is at least that dtype's smallest normal number: a reference
-    whose whole norm is below it (a gelu gradient of 1e-140) is zero in `dtype`, and zero is then right."""
+    whose whole norm is below it (a gelu gradient of 1e-140) rounds to zero or a subnormal in `dtype`,
+    where relative error means nothing, so the error is then measured against that floor."""
     out, ref = out.double(), ref.double()
     num = (out - ref).norm().item()
     den = (ref if scale is None else scale.double()).norm().item()
