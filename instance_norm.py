@@ -474,15 +474,27 @@ __device__ __forceinline__ acc_t inverse_count(acc_t n) {
   return acc_t(1) / n;
 }
 
+// x / n correctly rounded (as IEEE division gives it) without a division: the product with the
+// reciprocal, then one residual step (Markstein: the FMA's residual is exact, and with a correctly
+// rounded reciprocal the corrected quotient is the correctly rounded one). A zero or tiny x takes
+// no slow path. Where bits matter: Chan's merge weight (equal halves weigh exactly 0.5, so an
+// alternating +-1 instance split by parity stays exact) and the variance m2 / M (m2 == M gives 1).
+template <typename acc_t>
+__device__ __forceinline__ acc_t divide_by_count(acc_t x, acc_t n) {
+  const acc_t r = inverse_count(n);
+  const acc_t q = x * r;
+  return fma(fma(-q, n, x), r, q);
+}
+
 // Chan et al.'s pairwise merge: exact for constant data and free of cancellation.
 template <typename acc_t>
 __device__ __forceinline__ Stats<acc_t> combine(const Stats<acc_t>& a, const Stats<acc_t>& b) {
   const acc_t n = a.n + b.n;
-  // Into an empty `a` (a running merge starts from one), b's weight is exactly 1: b.n * (1 / b.n)
-  // may round to 1 - 2^-24, which moved a constant instance's mean by an ulp (multi_cta, bf16).
-  const acc_t wb = a.n == acc_t(0) ? acc_t(1) : b.n * inverse_count(n);
+  // Into an empty `a` (a running merge starts from one; two empty partials) b's weight is exactly 1.
+  const acc_t wb = a.n == acc_t(0) ? acc_t(1) : divide_by_count(b.n, n);
   const acc_t delta = b.mean - a.mean;
-  return {a.mean + delta * wb, a.m2 + b.m2 + delta * delta * a.n * wb, n};
+  // a.n * wb first: 0 when `a` is empty, even where delta * delta would overflow.
+  return {a.mean + delta * wb, a.m2 + b.m2 + a.n * wb * delta * delta, n};
 }
 
 // Backward partials: plain sums.
@@ -899,7 +911,7 @@ struct Forward {
     return {mean0 + d * inv_n, m2 > acc_t(0) ? m2 : acc_t(0), n};
   }
   __device__ static acc_t rstd_of(const Params<T>& p, const Partial& total) {
-    return rsqrt(total.m2 / static_cast<acc_t>(p.instance_size) + p.eps);
+    return rsqrt(divide_by_count(total.m2, static_cast<acc_t>(p.instance_size)) + p.eps);
   }
   __device__ static Coef coef_from(const Params<T>& p, int64_t instance, acc_t mean, acc_t rstd) {
     const int64_t channel = instance % p.channels;
@@ -1049,7 +1061,9 @@ struct Backward {
       return {known.mean, c1, acc_t(0), acc_t(0), known.shift};
     } else {
       const acc_t inv_m = acc_t(1) / static_cast<acc_t>(p.instance_size);
-      return {known.mean, c1, -c1 * total.a * inv_m, -c1 * known.rstd * known.rstd * total.b * inv_m, known.shift};
+      // total.b * rstd is what publish stores: `published` passes it back without dividing by rstd
+      // (a zero sum took the division's slow path), and both routes give the same bits.
+      return {known.mean, c1, -c1 * total.a * inv_m, -c1 * known.rstd * scaled_b(total, known) * inv_m, known.shift};
     }
   }
   template <Family F>
@@ -1061,14 +1075,22 @@ struct Backward {
       return c.c1 * g + c.c2 + c.c3 * (v[0] - c.mean);
     }
   }
+  // sum(g * x_hat) = total.b * rstd, the second published sum.
+  __device__ static acc_t scaled_b(const Partial& total, const Known& known) { return total.b * known.rstd; }
   __device__ static void publish(const Params<T>& p, int64_t instance, const Partial& total, const Known& known) {
     p.sums[instance] = total.a;
-    p.sums[p.num_instances + instance] = total.b * known.rstd;
+    p.sums[p.num_instances + instance] = scaled_b(total, known);
   }
   __device__ static Coef published(const Params<T>& p, int64_t instance) {
     const Known known = Backward::known(p, instance);
-    const Partial total{p.sums[instance], p.sums[p.num_instances + instance] / known.rstd};
-    return coef(p, instance, total, known);
+    const acc_t inv_m = acc_t(1) / static_cast<acc_t>(p.instance_size);
+    const acc_t c1 = known.scale;
+    if constexpr (kSource == Source::kRunning) {
+      return coef(p, instance, Partial{}, known);
+    } else {
+      return {known.mean, c1, -c1 * p.sums[instance] * inv_m,
+              -c1 * known.rstd * p.sums[p.num_instances + instance] * inv_m, known.shift};
+    }
   }
 };
 
@@ -2770,6 +2792,9 @@ std::string malformed(DType dtype, Direction direction, const Plan& plan) {
       }
       if (plan.vectors < 0 || plan.vectors > kFlatThreads) {
         return "a flat plan's vectors (instances per CTA) must be 0 (chosen at launch) to " + std::to_string(kFlatThreads);
+      }
+      if (plan.threads != 0 && plan.vectors * plan.threads > kFlatThreads) {
+        return "a flat plan's instances per CTA times its G must be at most " + std::to_string(kFlatThreads);
       }
       return "";
     case Regime::kClOnchip:
