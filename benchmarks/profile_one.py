@@ -3,7 +3,8 @@
     ncu --section SpeedOfLight --section WarpStateStats -k regex:stream python benchmarks/profile_one.py \\
         --shape 112x64x512x512 --plan stream,8,512,16,3 [--dtype bfloat16] [--backward]
 
-A plan is written in the field order of instance_norm.Plan: regime,vectors,threads,cluster,stages.
+A plan is written in the field order of instance_norm.Plan: regime,vectors,threads,cluster,stages;
+--plan auto runs the plan the library chooses for the shape (forward or backward).
 """
 
 import argparse
@@ -22,9 +23,13 @@ parser.add_argument("--dtype", default="float32")
 parser.add_argument("--backward", action="store_true")
 args = parser.parse_args()
 shape = tuple(int(v) for v in args.shape.split("x"))
-regime, *numbers = args.plan.split(",")
-plan = instance_norm.Plan(regime, *(int(v) for v in numbers))
 x = torch.randn(shape, device="cuda", dtype=getattr(torch, args.dtype))
+if args.plan == "auto":
+    plan = instance_norm.chosen_plan(x, backward=args.backward)
+else:
+    regime, *numbers = args.plan.split(",")
+    plan = instance_norm.Plan(regime, *(int(v) for v in numbers))
+print("plan", plan)
 y, stats = instance_norm.forward_with_plan(x, None, None, 1e-5, plan)
 if args.backward:
     instance_norm.backward_with_plan(torch.randn_like(x), x, None, None, stats, plan)
