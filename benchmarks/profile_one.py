@@ -25,12 +25,12 @@ args = parser.parse_args()
 shape = tuple(int(v) for v in args.shape.split("x"))
 x = torch.randn(shape, device="cuda", dtype=getattr(torch, args.dtype))
 if args.plan == "auto":
-    plan = instance_norm.chosen_plan(x, backward=args.backward)
+    plan, backward_plan = instance_norm.chosen_plan(x), instance_norm.chosen_plan(x, backward=True)
 else:
     regime, *numbers = args.plan.split(",")
-    plan = instance_norm.Plan(regime, *(int(v) for v in numbers))
-print("plan", plan)
+    plan = backward_plan = instance_norm.Plan(regime, *(int(v) for v in numbers))
+print("plan", plan, "backward plan", backward_plan)
 y, stats = instance_norm.forward_with_plan(x, None, None, 1e-5, plan)
 if args.backward:
-    instance_norm.backward_with_plan(torch.randn_like(x), x, None, None, stats, plan)
+    instance_norm.backward_with_plan(torch.randn_like(x), x, None, None, stats, backward_plan)
 torch.cuda.synchronize()

@@ -275,7 +275,13 @@ def test_eval_ops(ops, rng, act, affine, residual, dtype):
     y = ops.eval_forward(x, rm, rv, w, b, EPS, r, code, slope)
     assert torch.isfinite(y).all(), what
     y_ref, z, leaves = ref_fused(x, w, b, r, act, slope, running=(rm, rv))
-    assert_close_to(y, y_ref, dtype, what)
+
+    def eager():  # gelu's tail, 0.5 z (1 + erf(z / sqrt 2)), cancels in float32 for eager as for us:
+        # an output mostly in the tail (a (2, 1, 1, 70001) float32 case, bias far below 0) misses TOL
+        ye = eager_act(act, slope)(F.instance_norm(x, rm, rv, w, b, use_input_stats=False, eps=EPS))
+        return ye if r is None else ye + r
+
+    assert_close_to(y, y_ref, dtype, what, eager)
     dy = kink_safe(torch.randn(shape, device="cuda").to(dtype), z, act)
     names, ref = grad_names(w, r), torch.autograd.grad(y_ref, leaves, dy.double())
     dx, dw, db = ops.eval_backward(dy, x, rm, rv, w, b, EPS, code, slope)
