@@ -2366,22 +2366,16 @@ cudaError_t launch_typed(const Plan& plan, const Problem& pr, const Launch& laun
                          cudaStream_t stream) {
   if (plan.regime == Regime::kMultiCta) return launch_chunks<Op>(pr, workspace, stream);
   if (plan.regime == Regime::kClSplit) return launch_cl_split<Op>(pr, launch, workspace, stream);
-  if (plan.regime == Regime::kFlat) {
+  // Kernels taking (Params, a shape struct) without clusters: flat and cl_onchip.
+  auto launch_plain = [&](auto shape) {
     const void* kernel = typed_kernel_for<Op>(plan);
     if (kernel == nullptr) return cudaErrorInvalidValue;
     Params<typename Op::T> p = params_of<typename Op::T>(pr);
-    FlatShape shape = launch.flat;
     void* args[] = {&p, &shape};
     return cudaLaunchKernel(kernel, dim3(launch.grid), dim3(launch.block), args, launch.smem, stream);
-  }
-  if (plan.regime == Regime::kClOnchip) {
-    const void* kernel = typed_kernel_for<Op>(plan);
-    if (kernel == nullptr) return cudaErrorInvalidValue;
-    Params<typename Op::T> p = params_of<typename Op::T>(pr);
-    ClShape shape = launch.cl;
-    void* args[] = {&p, &shape};
-    return cudaLaunchKernel(kernel, dim3(launch.grid), dim3(launch.block), args, launch.smem, stream);
-  }
+  };
+  if (plan.regime == Regime::kFlat) return launch_plain(launch.flat);
+  if (plan.regime == Regime::kClOnchip) return launch_plain(launch.cl);
   const void* kernel = typed_kernel_for<Op>(plan);
   if (kernel == nullptr) return cudaErrorInvalidValue;
   Params<typename Op::T> p = params_of<typename Op::T>(pr);
