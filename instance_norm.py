@@ -1058,16 +1058,18 @@ struct Backward {
     if constexpr (Epi::kActive) g *= activation_slope((x - known.mean) * known.scale + known.shift, known.act);
     return {g, g * (x - known.mean)};
   }
-  __device__ static Coef coef(const Params<T>& p, int64_t, const Partial& total, const Known& known) {
+  // The coefficients from sum(g) and sum(g * x_hat) (= total.b * rstd, what publish stores).
+  __device__ static Coef from_sums(const Params<T>& p, const Known& known, acc_t sum_g, acc_t sum_g_xhat) {
     const acc_t c1 = known.scale;  // w * rstd
     if constexpr (kSource == Source::kRunning) {
       return {known.mean, c1, acc_t(0), acc_t(0), known.shift};
     } else {
       const acc_t inv_m = acc_t(1) / static_cast<acc_t>(p.instance_size);
-      // total.b * rstd is what publish stores: `published` passes it back without dividing by rstd
-      // (a zero sum took the division's slow path), and both routes give the same bits.
-      return {known.mean, c1, -c1 * total.a * inv_m, -c1 * known.rstd * scaled_b(total, known) * inv_m, known.shift};
+      return {known.mean, c1, -c1 * sum_g * inv_m, -c1 * known.rstd * sum_g_xhat * inv_m, known.shift};
     }
+  }
+  __device__ static Coef coef(const Params<T>& p, int64_t, const Partial& total, const Known& known) {
+    return from_sums(p, known, total.a, scaled_b(total, known));
   }
   template <Family F>
   __device__ static acc_t apply(const Coef& c, const acc_t (&v)[kInputs], const ActArgs<acc_t>& act) {
@@ -1084,16 +1086,10 @@ struct Backward {
     p.sums[instance] = total.a;
     p.sums[p.num_instances + instance] = scaled_b(total, known);
   }
+  // `published` reads the stored sums back without dividing by rstd (a zero sum took the
+  // division's slow path): the same bits as coef's route.
   __device__ static Coef published(const Params<T>& p, int64_t instance) {
-    const Known known = Backward::known(p, instance);
-    const acc_t inv_m = acc_t(1) / static_cast<acc_t>(p.instance_size);
-    const acc_t c1 = known.scale;
-    if constexpr (kSource == Source::kRunning) {
-      return coef(p, instance, Partial{}, known);
-    } else {
-      return {known.mean, c1, -c1 * p.sums[instance] * inv_m,
-              -c1 * known.rstd * p.sums[p.num_instances + instance] * inv_m, known.shift};
-    }
+    return from_sums(p, Backward::known(p, instance), p.sums[instance], p.sums[p.num_instances + instance]);
   }
 };
 
