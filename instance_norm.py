@@ -500,6 +500,20 @@ __device__ __forceinline__ Stats<acc_t> combine(const Stats<acc_t>& a, const Sta
   return {a.mean + delta * wb, a.m2 + b.m2 + a.n * wb * delta * delta, n};
 }
 
+// Chan's merge of two partials of equal count (every full lane of a butterfly: a CTA's threads
+// hold equal slices), with no division and symmetric in its operands, so that both partners of a
+// butterfly get the same bits without ordering them: halving is exact and each half is rounded
+// alone (no contraction into an FMA, which would round the two halves differently), and delta
+// enters squared. The mean of two equal halves does not overflow. Exact for constant data.
+__device__ __forceinline__ float half_sum(float a, float b) { return __fadd_rn(__fmul_rn(a, 0.5f), __fmul_rn(b, 0.5f)); }
+__device__ __forceinline__ double half_sum(double a, double b) { return __dadd_rn(__dmul_rn(a, 0.5), __dmul_rn(b, 0.5)); }
+
+template <typename acc_t>
+__device__ __forceinline__ Stats<acc_t> combine_equal(const Stats<acc_t>& a, const Stats<acc_t>& b) {
+  const acc_t delta = b.mean - a.mean;
+  return {half_sum(a.mean, b.mean), (a.m2 + b.m2) + (acc_t(0.5) * a.n) * delta * delta, a.n + b.n};
+}
+
 // Backward partials: plain sums.
 template <typename acc_t> struct Sums {
   acc_t a, b;  // sum(dy), sum(dy * (x - mean))
@@ -523,30 +537,65 @@ __device__ __forceinline__ float shfl_xor(float v, int offset) { return __shfl_x
 __device__ __forceinline__ double combine(double a, double b) { return a + b; }
 __device__ __forceinline__ float combine(float a, float b) { return a + b; }
 
-// Butterfly reduction across the warp. Both partners combine (lower lane, upper lane) in that
-// order, so every lane ends with bitwise the same result. A value-initialized partial is empty.
-template <typename P>
-__device__ __forceinline__ P warp_reduce(P s) {
+template <typename acc_t>
+__device__ __forceinline__ Stats<acc_t> shfl_lane0(const Stats<acc_t>& s) {
+  return {__shfl_sync(kFullMask, s.mean, 0), __shfl_sync(kFullMask, s.m2, 0), __shfl_sync(kFullMask, s.n, 0)};
+}
+template <typename acc_t>
+__device__ __forceinline__ Sums<acc_t> shfl_lane0(const Sums<acc_t>& s) {
+  return {__shfl_sync(kFullMask, s.a, 0), __shfl_sync(kFullMask, s.b, 0)};
+}
+__device__ __forceinline__ double shfl_lane0(double v) { return __shfl_sync(kFullMask, v, 0); }
+__device__ __forceinline__ float shfl_lane0(float v) { return __shfl_sync(kFullMask, v, 0); }
+
+// One step of a butterfly, the same bits on both partners: (lower lane, upper lane) in that order.
+// kEqual (the caller knows every lane holds the same count, e.g. a stream CTA's even slice):
+// statistics merge by combine_equal, about 8 instructions against some 30 for Chan's general merge
+// with its correctly rounded weight and the operand swap. Sums add, which commutes. A test of the
+// counts at every step instead (a branch per step) cost the float32 stream kernel 1.3 % at the
+// main shape while saving bfloat16 4.6 % (A/B, benchmarks/NOTES.md, session of 2026-11-29, sixth).
+template <bool kEqual, typename acc_t>
+__device__ __forceinline__ Stats<acc_t> butterfly(const Stats<acc_t>& s, const Stats<acc_t>& other, bool upper) {
+  if constexpr (kEqual) {
+    return combine_equal(s, other);
+  } else {
+    return upper ? combine(other, s) : combine(s, other);
+  }
+}
+template <bool kEqual, typename P>
+__device__ __forceinline__ P butterfly(const P& s, const P& other, bool) {
+  return combine(s, other);
+}
+
+// Butterfly reduction across the warp; every lane ends with bitwise the same result. A
+// value-initialized partial is empty. `width`: only lanes [0, width) hold partials (the others are
+// empty), so the levels beyond it are skipped and lane 0's result is broadcast.
+template <bool kEqual = false, typename P>
+__device__ __forceinline__ P warp_reduce(P s, int width = kWarpSize) {
   const int lane = threadIdx.x & (kWarpSize - 1);
 #pragma unroll
   for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+    if (offset >= width) break;
     const P other = shfl_xor(s, offset);
-    s = (lane & offset) ? combine(other, s) : combine(s, other);
+    s = butterfly<kEqual>(s, other, (lane & offset) != 0);
   }
-  return s;
+  return width < kWarpSize ? shfl_lane0(s) : s;
 }
 
 // Reduces the thread partials of a CTA of kThreads; the result is valid in warp 0. Callers
 // alternate between two warp_partials buffers by iteration parity: the barrier of the next
 // iteration separates this iteration's reads from the writes two iterations on.
-template <typename P, int kThreads>
+// kEqual: every thread's partial has the same count (then so have the warps').
+template <typename P, int kThreads, bool kEqual = false>
 __device__ __forceinline__ P cta_reduce(P s, P* warp_partials) {
   const int lane = threadIdx.x & (kWarpSize - 1);
   const int warp = threadIdx.x / kWarpSize;
-  s = warp_reduce(s);
+  s = warp_reduce<kEqual>(s);
   if (lane == 0) warp_partials[warp] = s;
   __syncthreads();
-  if (warp == 0) s = warp_reduce(lane < kThreads / kWarpSize ? warp_partials[lane] : P{});
+  if (warp == 0) {
+    s = warp_reduce<kEqual>(lane < kThreads / kWarpSize ? warp_partials[lane] : P{}, kThreads / kWarpSize);
+  }
   return s;
 }
 
@@ -563,14 +612,14 @@ __device__ __forceinline__ P instance_reduce(P s, P* warp_partials, P* cta_parti
     if (lane == 0) warp_partials[threadIdx.x / kWarpSize] = s;
     __syncthreads();
     const int warps_per_group = G / kWarpSize;
-    s = warp_reduce(lane < warps_per_group ? warp_partials[group * warps_per_group + lane] : P{});
+    s = warp_reduce(lane < warps_per_group ? warp_partials[group * warps_per_group + lane] : P{}, warps_per_group);
   }
   if (cluster_size > 1) {
 #if IN_HAS_CLUSTERS
     cg::cluster_group cluster = cg::this_cluster();
     if (threadIdx.x == 0) *cta_partial = s;
     cluster.sync();
-    s = warp_reduce(lane < cluster_size ? *cluster.map_shared_rank(cta_partial, lane) : P{});
+    s = warp_reduce(lane < cluster_size ? *cluster.map_shared_rank(cta_partial, lane) : P{}, cluster_size);
     cluster.barrier_arrive();  // our reads are done; peers may exit once everyone has arrived
 #else
     __trap();
@@ -1114,49 +1163,70 @@ __device__ __forceinline__ const typename Op::T* residual_at(const Params<typena
 }
 
 // The element map over a thread's whole vectors: global stores (streaming), or into a shared-memory
-// slice that the copy engine writes out. `residual`, when not null, lies like the global output.
-template <class Op, Family F, int K, bool kToShared, class Held>
+// slice that the copy engine writes out. kAdd: add `residual`, which lies like the global output;
+// its vectors are loaded kResidualBatch at a time ahead of their use (predicated loads, no branch),
+// so that a thread waits for one batch of loads, not for each vector in turn.
+constexpr int kResidualBatch = 4;
+
+template <class Op, Family F, int K, bool kToShared, bool kAdd, class Held>
 __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T* base, const typename Op::T* residual,
                                                int first, int stride, int lo, int hi, const typename Op::Coef& c,
                                                const ActArgs<typename Op::acc_t>& act) {
   using T = typename Op::T;
   using acc_t = typename Op::acc_t;
   constexpr int kVec = Elem<T>::kVec;
+  constexpr int kBatch = kAdd ? (K < kResidualBatch ? K : kResidualBatch) : K;
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int e = first + k * stride;
-    if (whole(e, kVec, lo, hi)) {
-      acc_t out[kVec];
+  for (int k0 = 0; k0 < K; k0 += kBatch) {
+    uint4 r[kBatch];
+    if constexpr (kAdd) {
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        acc_t v[Op::kInputs];
-#pragma unroll
-        for (int t = 0; t < Op::kInputs; ++t) v[t] = Elem<T>::get(held[t][k], j);
-        out[j] = Op::template apply<F>(c, v, act);
+      for (int b = 0; b < kBatch; ++b) {
+        const int e = first + (k0 + b) * stride;
+        r[b] = k0 + b < K && whole(e, kVec, lo, hi) ? __ldcs(reinterpret_cast<const uint4*>(residual + e))
+                                                    : make_uint4(0, 0, 0, 0);
       }
-      if constexpr (Op::kResidual) {
-        if (residual != nullptr) {
-          const uint4 r = __ldcs(reinterpret_cast<const uint4*>(residual + e));
+    }
 #pragma unroll
-          for (int j = 0; j < kVec; ++j) out[j] += Elem<T>::get(r, j);
+    for (int b = 0; b < kBatch; ++b) {
+      const int k = k0 + b;
+      const int e = first + k * stride;
+      if (k < K && whole(e, kVec, lo, hi)) {
+        acc_t out[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          acc_t v[Op::kInputs];
+#pragma unroll
+          for (int t = 0; t < Op::kInputs; ++t) v[t] = Elem<T>::get(held[t][k], j);
+          out[j] = Op::template apply<F>(c, v, act);
+          if constexpr (kAdd) out[j] += Elem<T>::get(r[b], j);
         }
-      }
-      uint4* dst = reinterpret_cast<uint4*>(base + e);
-      if constexpr (kToShared) {
-        *dst = Elem<T>::pack(out);
-      } else {
-        __stcs(dst, Elem<T>::pack(out));
+        uint4* dst = reinterpret_cast<uint4*>(base + e);
+        if constexpr (kToShared) {
+          *dst = Elem<T>::pack(out);
+        } else {
+          __stcs(dst, Elem<T>::pack(out));
+        }
       }
     }
   }
 }
 
+// The residual test is made once per store loop: a test per vector cost the Activated stream kernel
+// about 20 instructions per 16 bytes (22 of its 89 per bf16 vector) even without a residual.
 template <class Op, int K, bool kToShared, class Held>
 __device__ __forceinline__ void store_whole(const Params<typename Op::T>& p, const Held& held, typename Op::T* base,
                                             const typename Op::T* residual, int first, int stride, int lo, int hi,
                                             const typename Op::Coef& c) {
   with_op_activation<Op>(p, [&](auto tag) {
-    store_whole_as<Op, decltype(tag)::kFamily, K, kToShared>(held, base, residual, first, stride, lo, hi, c, p.act);
+    constexpr Family kF = decltype(tag)::kFamily;
+    if constexpr (Op::kResidual) {
+      if (residual != nullptr) {
+        store_whole_as<Op, kF, K, kToShared, true>(held, base, residual, first, stride, lo, hi, c, p.act);
+        return;
+      }
+    }
+    store_whole_as<Op, kF, K, kToShared, false>(held, base, residual, first, stride, lo, hi, c, p.act);
   });
 }
 
@@ -1709,7 +1779,7 @@ struct PartialExchange {
     const int lane = threadIdx.x & (kWarpSize - 1);
     PartialBits<P> u;
     u.bits = lane < g.cluster_size ? slots[slot][lane] : make_uint4(0, 0, 0, 0);
-    return warp_reduce(lane < g.cluster_size ? u.partial : P{});
+    return warp_reduce(lane < g.cluster_size ? u.partial : P{}, g.cluster_size);
   }
 };
 
@@ -1800,6 +1870,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
   };
   const int first = threadIdx.x * kVec;
   const int stride = kStreamThreads * kVec;
+  const bool even = g.vectors % kStreamThreads == 0;  // every thread holds the same number of vectors
   // Takes instance `iteration` out of its buffer into registers and sends the CTA's partial.
   auto take = [&](int64_t iteration, uint4 (&held)[kIn][V], Known& known) {
     const int stage = static_cast<int>(iteration % stages);
@@ -1807,8 +1878,10 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
 #pragma unroll
     for (int t = 0; t < kIn; ++t) load_slice<V>(held[t], pipe.slice(stage, t), g.vectors);
     known = Op::known(p, instance_of(iteration));
-    const Partial s = cta_reduce<Partial, kStreamThreads>(
-        Op::template thread_partial<V>(held, first, stride, 0, g.count, known), warp_partials[iteration & 1]);
+    const Partial t = Op::template thread_partial<V>(held, first, stride, 0, g.count, known);
+    // An even slice gives every thread as many whole vectors: equal counts, the cheap merge.
+    const Partial s = even ? cta_reduce<Partial, kStreamThreads, true>(t, warp_partials[iteration & 1])
+                           : cta_reduce<Partial, kStreamThreads>(t, warp_partials[iteration & 1]);
     if constexpr (!Op::kRunAhead) {
       if (threadIdx.x == 0) issue(iteration + stages);  // every thread has its slice in registers
     }
@@ -2614,6 +2687,11 @@ constexpr int64_t kFlatHeuristicSize = 64;
 constexpr int64_t kFlatCtasPerSm = 4;
 constexpr int kHeuristicCluster = 8;
 constexpr int kHeuristicClusterBlocks = 4;
+// An instance that needs a whole 1024-thread onchip CTA goes to the stream plan instead when there
+// are at least this many instances per SM: bf16 (16,64,256,256), 1024 instances, ran at 1.27x the
+// copy on stream(CS=2,S=3) against 1.53x on onchip(K=8,G=1024), while bf16 (32,3,224,224), 96
+// instances, was best on the onchip CTA (1.68x against 1.90x; H200, tune.py on 720f2cb).
+constexpr int64_t kStreamOverOnchipPerSm = 2;
 // candidates(tight): on-chip plans of at most twice the slots an instance needs, plus this slack
 // (so that tiny instances still see a few shapes).
 constexpr int kTightExtraSlots = 64;
@@ -2974,8 +3052,10 @@ Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool
   return Plan::multi_cta();
 }
 
-// The heuristic, from benchmarks/tune.py on an H100 (numbers in benchmarks/NOTES.md).
-Plan choose_forward(DType dtype, int64_t instance_size) {
+bool many_instances(int64_t instances) { return instances >= kStreamOverOnchipPerSm * device_info().sms; }
+
+// The heuristic, from benchmarks/tune.py on an H100 and the H200 (numbers in benchmarks/NOTES.md).
+Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
   if (dtype == DType::kDouble) return Plan::multi_cta();  // accuracy over speed: one general path
   const Direction fwd = Direction::kForward;
   if (instance_size <= kFlatHeuristicSize && refusal(dtype, fwd, Plan::flat(), nchw(instance_size)).empty()) {
@@ -2989,8 +3069,12 @@ Plan choose_forward(DType dtype, int64_t instance_size) {
   constexpr int kK = 8;
   int64_t threads = kWarpSize;
   while (threads * kK < slots) threads *= 2;
-  if (threads <= kMaxBlock) return Plan::onchip(kK, static_cast<int>(threads));
   bool found = false;
+  if (threads == kMaxBlock && many_instances(instances)) {
+    const Plan stream = choose_stream(dtype, fwd, instance_size, &found);
+    if (found) return stream;
+  }
+  if (threads <= kMaxBlock) return Plan::onchip(kK, static_cast<int>(threads));
   const Plan stream = choose_stream(dtype, fwd, instance_size, &found);
   if (found) return stream;
   if (threads <= int64_t(kHeuristicClusterBlocks) * kMaxBlock && has_clusters()) {
@@ -3002,8 +3086,8 @@ Plan choose_forward(DType dtype, int64_t instance_size) {
 
 // The forward's on-chip plan when x and dy both fit its CTA; else the stream plan for two tensors;
 // else multi_cta.
-Plan choose_backward(DType dtype, int64_t instance_size) {
-  const Plan plan = choose_forward(dtype, instance_size);
+Plan choose_backward(DType dtype, int64_t instance_size, int64_t instances) {
+  const Plan plan = choose_forward(dtype, instance_size, instances);
   const bool onchip = plan.regime == Regime::kOnchip || plan.regime == Regime::kCluster || plan.regime == Regime::kFlat;
   if (onchip && refusal(dtype, Direction::kBackward, plan, nchw(instance_size)).empty()) return plan;
   bool found = false;
@@ -3032,17 +3116,19 @@ Plan choose(DType dtype, Direction direction, const Shape& shape) {
   static std::map<std::tuple<int, int, int, int64_t, int64_t, int, int64_t>, Plan> cache;
   const int64_t instance_size = shape.instance_size;
   const int layout = shape.cl_default ? (shape.cl_vectors ? 2 : 1) : 0;  // N and C matter only then
+  // NCHW plans depend on N * C only through many_instances().
+  const int64_t instances = shape.batch * shape.channels;
   const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), static_cast<int>(dtype),
-                                   static_cast<int>(direction), instance_size, layout ? shape.channels : 0, layout,
-                                   layout ? shape.batch : 0);
+                                   static_cast<int>(direction), instance_size, layout ? shape.channels : 0,
+                                   layout ? layout : (many_instances(instances) ? 3 : 0), layout ? shape.batch : 0);
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
   const Plan plan = shape.cl_default                    ? choose_channels_last(dtype, direction, shape)
-                    : direction == Direction::kForward ? choose_forward(dtype, instance_size)
-                                                       : choose_backward(dtype, instance_size);
+                    : direction == Direction::kForward ? choose_forward(dtype, instance_size, instances)
+                                                       : choose_backward(dtype, instance_size, instances);
   std::lock_guard<std::mutex> lock(mutex);
   cache.emplace(key, plan);
   return plan;
