@@ -25,9 +25,9 @@ flat              H*W up to 64 (forced: 4096)      whole consecutive instances p
                                                    1.5x the copy, a warp per instance took 3.7x
 onchip, a warp    H*W up to 1024                   several instances per CTA; warp-shuffle
 per instance                                       merges; no barrier
-onchip, a CTA     up to 32K elements (128 KB)      cp.async copies the instance into shared
-per instance                                       memory: registers stay low, several CTAs
-                                                   overlap one's reduction with another's loads
+onchip, a CTA     up to 32K elements (128 KB);     cp.async copies the instance into shared
+per instance      a 1024-thread one streams with   memory: registers stay low, several CTAs
+                  >= 2 instances per SM            overlap one's reduction with another's loads
 stream (sm_90)    one to 16 CTAs' worth, bytes a   a persistent grid of clusters, each CTA owns
                   multiple of 16 (the main shape,  a slice of every instance; the bulk copy
                   512x512, is 1 MiB)               engine keeps the next instances in flight and
