@@ -500,11 +500,13 @@ __device__ __forceinline__ Stats<acc_t> combine(const Stats<acc_t>& a, const Sta
   return {a.mean + delta * wb, a.m2 + b.m2 + a.n * wb * delta * delta, n};
 }
 
-// Chan's merge of two partials of equal count (every full lane of a butterfly: a CTA's threads
-// hold equal slices), with no division and symmetric in its operands, so that both partners of a
-// butterfly get the same bits without ordering them: halving is exact and each half is rounded
-// alone (no contraction into an FMA, which would round the two halves differently), and delta
-// enters squared. The mean of two equal halves does not overflow. Exact for constant data.
+// Chan's merge of two partials of equal count (the lanes of a butterfly when a CTA's threads hold
+// equal slices), with no division and symmetric in its operands, so that both partners of a
+// butterfly get the same bits without ordering them: each half is rounded alone (no contraction
+// into an FMA, which would round the two halves differently), and delta enters squared. The mean
+// of two equal halves does not overflow. Halving is exact down to 2^-125 (float; 2^-1021 double),
+// so constant data stays exact above that; below it a constant mean may move by an ulp of the
+// subnormal range (3 * 2^-149 halves to 2^-148 each), which the output then carries.
 __device__ __forceinline__ float half_sum(float a, float b) { return __fadd_rn(__fmul_rn(a, 0.5f), __fmul_rn(b, 0.5f)); }
 __device__ __forceinline__ double half_sum(double a, double b) { return __dadd_rn(__dmul_rn(a, 0.5), __dmul_rn(b, 0.5)); }
 
