@@ -1,6 +1,7 @@
 """Time candidate kernel plans per shape against the copy floor (development tool, needs a GPU).
 
     python benchmarks/tune.py [--shapes main|sweep|NxCxHxW,...] [--dtypes float32,bfloat16] [--backward] [--graph]
+                              [--match stream,...] [--module path/to/instance_norm.py]
 
 The plans are the ones the host's plan space lists for the shape (``instance_norm.candidate_plans``
 with ``tight``: every regime, at most about twice the capacity an instance needs), so this tool
@@ -11,6 +12,7 @@ copy of the same bytes (forward), or ``torch.add(x, dy, out=dx)`` (backward).
 """
 
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -61,7 +63,14 @@ def main():
     parser.add_argument("--match", default="", help="only plans whose name contains one of these (comma list)")
     parser.add_argument("--graph", action="store_true",
                         help="time by CUDA-graph replay (L2 warm) instead of do_bench (L2 flushed)")
+    parser.add_argument("--module", help="tune this file's build instead of the repository's instance_norm.py "
+                        "(e.g. a branch's copy; its extension builds under its own name)")
     args = parser.parse_args()
+    if args.module:
+        global instance_norm
+        spec = importlib.util.spec_from_file_location("instance_norm_tuned", args.module)
+        instance_norm = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(instance_norm)
     timer = graph_ms if args.graph else device_ms
     ops = instance_norm.load_extension()
     multi_cta = instance_norm.Plan.multi_cta()
