@@ -183,6 +183,14 @@ def reference_stats(x, eps):
     return mean.flatten(), torch.rsqrt(var + eps).flatten()
 
 
+def natural_dx(x, w, g_z, eps=1e-5):
+    """||rstd * w * dL/dz||, the size of dx's terms: a floor for dx's relative error. On tiny instances
+    dx cancels to ~0 (at H*W = 2, to about eps / var of its terms), where two correct roundings differ
+    far above TOL relative to dx itself."""
+    u = g_z * reference_stats(x, eps)[1].view(x.shape[:2] + (1,) * (x.dim() - 2))
+    return (u if w is None else u * w.double().view((-1,) + (1,) * (x.dim() - 2))).norm().item()
+
+
 def rel_err(out, ref, scale=None, dtype=None):
     """||out - ref|| / ||scale|| (scale defaults to ref) in float64 (NaN propagates, so a NaN fails any
     `<=`). With `dtype`, the denominator is at least that dtype's smallest normal number: a reference

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from conftest import (ACT_REF, near_kink, as_plan, assert_close_to, assert_matches_eager, assert_stats_close, check_grads,
                       DTYPES, expect_layout, LAYOUTS, make_input, plan_capacity, poison_allocator, reference,
-                      reference_stats, REGIMES, rel_err, skip_unsupported_regime, split_hw, whole_vectors,
+                      natural_dx, REGIMES, rel_err, skip_unsupported_regime, split_hw, whole_vectors,
                       with_layout)
 
 CUDA = pytest.mark.requires_cuda
@@ -64,14 +64,6 @@ def kink_safe(dy, z, act):
 
 def grad_names(w, r):
     return ["x"] + (["weight", "bias"] if w is not None else []) + (["residual"] if r is not None else [])
-
-
-def natural_dx(x, w, g_z):
-    """||rstd * w * dL/dz||, the size of dx's terms: a floor for dx's relative error (at H*W = 2, dx is ~0)."""
-    u = g_z * reference_stats(x, EPS)[1].view(x.shape[0], x.shape[1], 1, 1)
-    return (u if w is None else u * w.double().view(-1, 1, 1)).norm().item()
-
-
 
 
 def leaf_inputs(x, w, b, r):

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from conftest import (ACT_REF, capture_no_grad, near_kink, assert_close_to, assert_matches_eager, assert_stats_close, channels_last_strides,
                       check_grads, CL_REGIMES, DTYPES, expect_layout, is_channels_last_dense, keeps_layout,
-                      make_input, poison_allocator, reference_nd, reference_stats, regime_hw, REGIMES,
+                      make_input, natural_dx, poison_allocator, reference_nd, regime_hw, REGIMES,
                       run_ops, skip_unsupported_regime, split_hw)
 
 pytestmark = pytest.mark.requires_cuda
@@ -130,13 +130,6 @@ def kink_safe(dy, z, act):
     if act in ("relu", "leaky_relu"):
         dy.masked_fill_(near_kink(z).to(dy.device), 0)
     return dy
-
-
-def natural_dx(x, w, g_z, eps=EPS):
-    """||rstd * w * dL/dz||, the size of dx's terms: a floor for dx's relative error (dx cancels to ~0
-    on tiny instances)."""
-    u = g_z * reference_stats(x, eps)[1].view(x.shape[:2] + (1,) * (x.dim() - 2))
-    return (u if w is None else u * w.double().view(per_channel(x))).norm().item()
 
 
 def grad_names(w, r=None):
