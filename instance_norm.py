@@ -1565,7 +1565,12 @@ chunk_partials_kernel(Params<typename Op::T> p, typename Op::Partial* partials, 
         if constexpr (Op::kCoefKnown) store_element<Op>(p, at, Op::coef(p, instance, Partial{}, known));
       }
     }
-    s = cta_reduce<Partial, kChunkThreads>(s, warp_partials[parity]);
+    // A whole chunk past the instance's first gives every thread kChunkVectorsPerThread whole
+    // vectors: equal counts, the cheap merge (as the stream kernel's even slices).
+    constexpr int kChunk = kChunkThreads * kChunkVectorsPerThread * Elem<T>::kVec;
+    const bool even = chunk != 0 && span.lo == 0 && span.hi == kChunk;
+    s = even ? cta_reduce<Partial, kChunkThreads, true>(s, warp_partials[parity])
+             : cta_reduce<Partial, kChunkThreads>(s, warp_partials[parity]);
     if (threadIdx.x == 0) partials[work] = s;
   }
 }
