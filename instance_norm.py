@@ -116,6 +116,9 @@ inline constexpr int kMaxCluster = 16;           // 16 needs the non-portable cl
 inline constexpr int kPortableCluster = 8;
 inline constexpr int kStreamThreads = 512;
 inline constexpr int kStreamVectors = 8;         // a stream CTA's slice is up to 512 x 8 vectors (64 KB)
+// The backward's run-ahead stream plans: 4 vectors per thread and tensor, so that x and dy of two
+// instances fit the registers one instance of 8 takes (the forward's run-ahead holds 2 x 8 of x).
+inline constexpr int kStreamAheadVectors = 4;
 inline constexpr int kStreamMaxStages = 4;
 inline constexpr int kChunkThreads = 512;        // multi_cta: a chunk is 512 threads x 8 vectors
 inline constexpr int kChunkVectorsPerThread = 8;
@@ -154,7 +157,7 @@ enum class Regime : int { kMultiCta = 0, kOnchip = 1, kCluster = 2, kStream = 3,
 
 struct Plan {
   Regime regime;
-  int vectors;  // K: 16-byte vectors per thread (stream: fixed, kStreamVectors)
+  int vectors;  // K: 16-byte vectors per thread (stream: kStreamVectors, or kStreamAheadVectors backward)
   int threads;  // G: threads per instance per CTA (stream: fixed, kStreamThreads)
   int cluster;  // CS: CTAs per instance (onchip: 1)
   int stages;   // stream: shared-memory buffers in the ring
@@ -164,8 +167,8 @@ struct Plan {
   static constexpr Plan clustered(int vectors, int threads, int cluster) {
     return {Regime::kCluster, vectors, threads, cluster, 0};
   }
-  static constexpr Plan stream(int cluster, int stages) {
-    return {Regime::kStream, kStreamVectors, kStreamThreads, cluster, stages};
+  static constexpr Plan stream(int cluster, int stages, int vectors = kStreamVectors) {
+    return {Regime::kStream, vectors, kStreamThreads, cluster, stages};
   }
   // vectors: rows per thread (K); threads: the CTA's size cap.
   static constexpr Plan cl_onchip(int rows, int threads) { return {Regime::kClOnchip, rows, threads, 1, 0}; }
@@ -1026,7 +1029,7 @@ struct Backward {
     }
   }
   static constexpr int kInputs = 2;  // x, dy
-  static constexpr bool kRunAhead = false;
+  static constexpr bool kRunAhead = true;  // with kStreamAheadVectors (see stream_kernel)
   static constexpr bool kPartials = true;
   static constexpr bool kCoefKnown = kSource == Source::kRunning;
   static constexpr int kMaxBlock = kBackwardMaxBlock;
@@ -1848,7 +1851,9 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
   using Known = typename Op::Known;
   constexpr int kVec = Elem<T>::kVec;
   constexpr int kIn = Op::kInputs;
-  static_assert(!Op::kRunAhead || kIn == 1, "running ahead holds two instances in registers");
+  // Running ahead holds two instances in registers: for the backward (x and dy), with 4 vectors per
+  // thread and tensor only.
+  constexpr bool kAhead = Op::kRunAhead && kIn * V <= kStreamVectors;
   extern __shared__ uint4 stream_storage[];
   __shared__ unsigned long long full[kStreamMaxStages];
   __shared__ Partial warp_partials[2][kStreamThreads / kWarpSize];  // by instance parity
@@ -1889,7 +1894,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
     // An even slice gives every thread as many whole vectors: equal counts, the cheap merge.
     const Partial s = even ? cta_reduce<Partial, kStreamThreads, true>(t, warp_partials[iteration & 1])
                            : cta_reduce<Partial, kStreamThreads>(t, warp_partials[iteration & 1]);
-    if constexpr (!Op::kRunAhead) {
+    if constexpr (!kAhead) {
       if (threadIdx.x == 0) issue(iteration + stages);  // every thread has its slice in registers
     }
     if (threadIdx.x < kWarpSize) exchange.send(s, iteration, g);
@@ -1898,21 +1903,25 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) issue(s);
   }
-  if constexpr (Op::kRunAhead) {
+  if constexpr (kAhead) {
     uint4 next[kIn][V];
     Known next_known;
     if (instance_of(0) < p.num_instances) take(0, next, next_known);
     for (int64_t it = 0; instance_of(it) < p.num_instances; ++it) {
       uint4 held[kIn][V];
 #pragma unroll
-      for (int k = 0; k < V; ++k) held[0][k] = next[0][k];
+      for (int t = 0; t < kIn; ++t) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) held[t][k] = next[t][k];
+      }
       const Known known = next_known;
       if (instance_of(it + 1) < p.num_instances) take(it + 1, next, next_known);
       const Partial total = exchange.receive(it, g);
       const int64_t instance = instance_of(it);
       const typename Op::Coef c = Op::coef(p, instance, total, known);
-      // The output goes into the buffer just taken (or, after the last take, one whose store has
-      // been read: thread 0 waited for that before the previous iteration's barrier).
+      // The output goes into the buffer just taken, over its first tensor (or, after the last take,
+      // one whose store has been read: thread 0 waited for that before the previous iteration's
+      // barrier).
       uint4* out = pipe.slice(static_cast<int>((it + 1) % stages), 0);
       store_whole<Op, V, true>(p, held, reinterpret_cast<T*>(out), residual_at<Op>(p, slice_offset(instance)), first,
                                stride, 0, g.count, c);
@@ -2364,8 +2373,15 @@ const void* typed_kernel_for(const Plan& plan) {
   } else {
     switch (plan.regime) {
       case Regime::kStream:
-        return plan.vectors == kStreamVectors ? reinterpret_cast<const void*>(&stream_kernel<Op, Spans, kStreamVectors>)
-                                              : nullptr;
+        if (plan.vectors == kStreamVectors) {
+          return reinterpret_cast<const void*>(&stream_kernel<Op, Spans, kStreamVectors>);
+        }
+        if constexpr (Op::kInputs == 2) {
+          if (plan.vectors == kStreamAheadVectors) {
+            return reinterpret_cast<const void*>(&stream_kernel<Op, Spans, kStreamAheadVectors>);
+          }
+        }
+        return nullptr;
       case Regime::kOnchip:
       case Regime::kCluster:
         switch (plan.vectors) {
@@ -2727,7 +2743,8 @@ std::string describe(const Plan& plan) {
     case Regime::kOnchip: return "onchip(" + kg + ")";
     case Regime::kCluster: return "cluster(" + kg + ",CS=" + std::to_string(plan.cluster) + ")";
     case Regime::kStream:
-      return "stream(CS=" + std::to_string(plan.cluster) + ",S=" + std::to_string(plan.stages) + ")";
+      return "stream(CS=" + std::to_string(plan.cluster) + ",S=" + std::to_string(plan.stages) +
+             (plan.vectors == kStreamVectors ? std::string(")") : ",K=" + std::to_string(plan.vectors) + ")");
   }
   return "unknown";
 }
@@ -2827,8 +2844,11 @@ int64_t stream_slice_vectors(int64_t instance_size, int vec, int cluster) {
 int64_t stream_smem(const Plan& plan, int64_t slice_vectors, Direction direction) {
   return int64_t(plan.stages) * inputs_of(direction) * slice_vectors * kVectorBytes;
 }
-// The forward's buffers hold an input and, later, an output: it needs two.
-int min_stages(Direction direction) { return direction == Direction::kForward ? 2 : 1; }
+// A run-ahead plan's buffers hold an input and, later, the output: it needs two (the forward's
+// plans, and the backward's with kStreamAheadVectors).
+int min_stages(Direction direction, int vectors = kStreamVectors) {
+  return direction == Direction::kForward || vectors == kStreamAheadVectors ? 2 : 1;
+}
 
 template <size_t N>
 bool one_of(int value, const int (&choices)[N]) {
@@ -2885,13 +2905,15 @@ std::string malformed(DType dtype, Direction direction, const Plan& plan) {
       return "";
     case Regime::kStream:
       if (dtype == DType::kDouble) return "float64 runs only the multi_cta plan";
-      if (plan.vectors != kStreamVectors || plan.threads != kStreamThreads) {
-        return "a stream plan has vectors=" + std::to_string(kStreamVectors) +
-               " and threads=" + std::to_string(kStreamThreads);
+      if (plan.threads != kStreamThreads ||
+          !(plan.vectors == kStreamVectors ||
+            (plan.vectors == kStreamAheadVectors && direction == Direction::kBackward))) {
+        return "a stream plan has threads=" + std::to_string(kStreamThreads) + " and vectors=" +
+               std::to_string(kStreamVectors) + " (the backward also " + std::to_string(kStreamAheadVectors) + ")";
       }
       if (!one_of(plan.cluster, kStreamClusterChoices)) return "a stream plan's cluster must be 2, 4, 8 or 16";
-      if (plan.stages < min_stages(direction) || plan.stages > kStreamMaxStages) {
-        return "this stream plan takes " + std::to_string(min_stages(direction)) + " to " +
+      if (plan.stages < min_stages(direction, plan.vectors) || plan.stages > kStreamMaxStages) {
+        return "this stream plan takes " + std::to_string(min_stages(direction, plan.vectors)) + " to " +
                std::to_string(kStreamMaxStages) + " stages";
       }
       if (!has_clusters()) return "stream plans need sm_90 or newer";
@@ -2948,7 +2970,7 @@ std::string refusal(DType dtype, Direction direction, const Plan& plan, const Sh
   if (plan.regime == Regime::kStream) {
     if (instance_size % vec != 0) return "a stream plan needs H*W times the element size to be a multiple of 16 bytes";
     const int64_t slice = stream_slice_vectors(instance_size, vec, plan.cluster);
-    if (slice > int64_t(kStreamVectors) * kStreamThreads) return too_big;
+    if (slice > int64_t(plan.vectors) * kStreamThreads) return too_big;
     if (resident_units(kernel, plan.cluster, kStreamThreads, stream_smem(plan, slice, direction)) == 0) {
       return describe(plan) + " does not fit on this device (shared memory)";
     }
@@ -2987,7 +3009,10 @@ std::vector<Plan> candidates(DType dtype, Direction direction, const Shape& shap
     }
   }
   for (int cs : kStreamClusterChoices) {
-    for (int s = 1; s <= kStreamMaxStages; ++s) all.push_back(Plan::stream(cs, s));
+    for (int s = 1; s <= kStreamMaxStages; ++s) {
+      all.push_back(Plan::stream(cs, s));
+      if (direction == Direction::kBackward) all.push_back(Plan::stream(cs, s, kStreamAheadVectors));
+    }
   }
   const int64_t slots = vector_slots(instance_size, vector_width(dtype));
   for (const Plan& plan : all) {
@@ -3031,7 +3056,7 @@ int64_t capacity(DType dtype, Direction direction, const Plan& plan, const Shape
   if (plan.regime == Regime::kStream) {
     const int64_t per_stage = int64_t(inputs_of(direction)) * kVectorBytes * plan.stages;
     const int64_t smem_slice = (device_info().max_smem - kStaticSmemReserve) / per_stage;
-    int64_t slice = std::min<int64_t>(int64_t(kStreamVectors) * kStreamThreads, smem_slice);
+    int64_t slice = std::min<int64_t>(int64_t(plan.vectors) * kStreamThreads, smem_slice);
     while (slice > 0 && !fits(slice * plan.cluster * vec)) slice /= 2;
     return slice * plan.cluster * vec;
   }
@@ -4082,8 +4107,10 @@ class Plan(NamedTuple):
         return cls("cluster", vectors, threads, cluster, 0)
 
     @classmethod
-    def stream(cls, cluster, stages):
-        return cls("stream", 8, 512, cluster, stages)
+    def stream(cls, cluster, stages, vectors=8):
+        """Sm_90 clusters streaming slices; ``vectors`` 4 (backward only): x and dy of the next
+        instance held too, so that its partial goes out a whole instance ahead."""
+        return cls("stream", vectors, 512, cluster, stages)
 
     @classmethod
     def cl_onchip(cls, rows, threads):

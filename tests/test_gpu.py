@@ -913,6 +913,14 @@ def test_stream_ring_many_instances_deterministic(inorm, ops, rng):
         a = inorm.backward_with_plan(dy, x, weight, bias, first[1], backward)
         b = inorm.backward_with_plan(dy, x, weight, bias, first[1], backward)
         assert all(torch.equal(p, q) for p, q in zip(a, b)), f"backward {backward} {dtype}"
+        # The backward's run-ahead plan (x and dy of the next instance held too): reproducible, and
+        # the same gradients as the plain stream plan's up to the order of the sums.
+        ahead = inorm.Plan.stream(plan.cluster, 2, 4)
+        c = inorm.backward_with_plan(dy, x, weight, bias, first[1], ahead)
+        d = inorm.backward_with_plan(dy, x, weight, bias, first[1], ahead)
+        assert all(torch.equal(p, q) for p, q in zip(c, d)), f"backward {ahead} {dtype}"
+        for name, p, q in zip(("dx", "dweight", "dbias"), c, a):
+            assert rel_err(p, q.double()) <= 4 * TOL[dtype][0], f"backward {ahead} {dtype}: {name} differs"
 
 
 # =========================================================================== eval mode, running statistics, empty inputs
