@@ -34,7 +34,11 @@ stream (sm_90)    one to 16 CTAs' worth, bytes a   a persistent grid of clusters
                                                    writes the output; partials go to the peers
                                                    by st.async with no cluster barrier: 1.03x
                                                    an H100's copy, 1.09x an H200's (fp32; 7
-                                                   clusters of 16 fit there)
+                                                   clusters of 16 fit there). The backward
+                                                   first tries half slices (4 vectors a thread,
+                                                   twice the CTAs): x and dy of the next instance
+                                                   then fit beside this one's, and its partials
+                                                   go out a whole instance ahead
 cluster (sm_90)   up to 4 CTAs' worth that the     8 CTAs per instance exchanging partials
                   stream kernel refuses (bytes     through distributed shared memory
                   not a multiple of 16)
@@ -3066,20 +3070,27 @@ int64_t capacity(DType dtype, Direction direction, const Plan& plan, const Shape
 
 Shape nchw(int64_t instance_size) { return {instance_size, 1, false, false, 1, false}; }
 
-// The stream plan of the smallest cluster whose slices fit, with as many stages as fit.
+// The stream plan of the smallest cluster whose slices fit, with as many stages as fit. The
+// backward tries its run-ahead plans (kStreamAheadVectors) first: on the H200 they took 0.87x the
+// time of the plain plan at bf16 (112,64,512,512), 0.93x at bf16 and 0.88x at fp32 (16,64,256,256)
+// (benchmarks/NOTES.md, 2026-11-29 seventh session).
 Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool* found) {
   *found = false;
   if (dtype == DType::kDouble || !has_clusters() || instance_size % vector_width(dtype) != 0) return Plan::multi_cta();
-  for (int cs : kStreamClusterChoices) {
-    if (stream_slice_vectors(instance_size, vector_width(dtype), cs) > int64_t(kStreamVectors) * kStreamThreads) continue;
-    for (int stages = kStreamMaxStages; stages >= min_stages(direction); --stages) {
-      const Plan plan = Plan::stream(cs, stages);
-      if (refusal(dtype, direction, plan, nchw(instance_size)).empty()) {
-        *found = true;
-        return plan;
+  const int k_choices[] = {kStreamAheadVectors, kStreamVectors};
+  for (int k : k_choices) {
+    if (k == kStreamAheadVectors && direction != Direction::kBackward) continue;
+    for (int cs : kStreamClusterChoices) {
+      if (stream_slice_vectors(instance_size, vector_width(dtype), cs) > int64_t(k) * kStreamThreads) continue;
+      for (int stages = kStreamMaxStages; stages >= min_stages(direction, k); --stages) {
+        const Plan plan = Plan::stream(cs, stages, k);
+        if (refusal(dtype, direction, plan, nchw(instance_size)).empty()) {
+          *found = true;
+          return plan;
+        }
       }
+      break;
     }
-    break;
   }
   return Plan::multi_cta();
 }

@@ -262,6 +262,12 @@ def check_flat(inorm, ops, rng, dtype, plan, hw):
     weight, bias = random_affine(c, dtype, rng)
     what = f"{plan} {dtype} shape={tuple(v.shape)}"
     check_plan(ops, v, weight, bias, 1e-5, plan, what)
+    check_backward_plan(inorm, ops, v, weight, bias, plan, what)
+
+
+def check_backward_plan(inorm, ops, v, weight, bias, plan, what):
+    """A backward plan's dx, dweight and dbias against the multi_cta plan's (poisoned outputs)."""
+    dtype, c = v.dtype, v.shape[1]
     if weight is None:
         weight, bias = torch.randn(c, device="cuda", dtype=dtype), torch.randn(c, device="cuda", dtype=dtype)
     _, stats = ops.forward(v, weight, bias, 1e-5)
@@ -358,6 +364,38 @@ def test_plan_stream(ops, rng, dtype, cluster):
             assert instance_norm.plan_refusal(x, plan) != ""
             with pytest.raises(RuntimeError):
                 run_ops(ops, x, None, None, 1e-5, plan)
+
+
+@pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
+@pytest.mark.parametrize("cluster", [2, 4, 8, 16])
+def test_plan_stream_ahead_backward(inorm, ops, rng, dtype, cluster):
+    """The backward's run-ahead stream plans (4 vectors per thread and tensor; x and dy of the next
+    instance held while this one's output goes out through shared memory) at every cluster size
+    and depth they take: slices filled partly, wholly and barely, more instances than resident
+    clusters; their gradients against multi_cta's. One stage, the forward, and instances past the
+    capacity are refused."""
+    if not has_clusters():
+        pytest.skip("the stream kernel needs sm_90+")
+    vec = 16 // dtype.itemsize
+    for stages in (1, 2, 3, 4):
+        plan = inorm.Plan.stream(cluster, stages, 4)
+        top = plan_capacity(plan, dtype, backward=True)
+        assert plan_capacity(plan, dtype) == 0, f"{plan}: the forward has no run-ahead K=4 plan"
+        if top == 0:
+            assert stages == 1, f"{plan} refused"
+            continue
+        capacity = top // vec
+        assert capacity <= 4 * 512 * cluster, f"{plan}: capacity {capacity} vectors"
+        for vectors in (rng.randint(capacity // 2 + 1, capacity), capacity, rng.randint(1, 64)):
+            hw = vectors * vec
+            most = max(2, min(600, (24 << 20) // (hw * dtype.itemsize)))
+            n = rng.randint(1, 3)
+            c = rng.randint(max(1, most // (2 * n)), max(1, most // n))
+            v = with_layout(make_input((n, c) + split_hw(hw, rng), dtype, rng), rng.choice(["contiguous", "offset", "sliced"]))
+            weight, bias = random_affine(c, dtype, rng)
+            check_backward_plan(inorm, ops, v, weight, bias, plan, f"{plan} {dtype} shape={tuple(v.shape)}")
+        x = make_input((1, 2) + split_hw((capacity + 1) * vec, rng), dtype, rng)
+        assert inorm.plan_refusal(x, plan, backward=True) != ""
 
 
 def test_plan_float64_only_multi_cta(ops, rng):
