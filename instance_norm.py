@@ -3849,13 +3849,18 @@ void save_epilogue(AutogradContext* ctx, double eps, int64_t act, double slope, 
 // through the dispatcher, so that their own autograd kernel (which refuses double backward) sees them.
 class NormFunction : public torch::autograd::Function<NormFunction> {
  public:
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptTensor& weight, const OptTensor& bias,
-                               const OptTensor& residual, double eps, int64_t act, double slope) {
+  // The op below autograd: what forward() runs, and all a call that wants no gradient runs.
+  static std::tuple<at::Tensor, at::Tensor> below(const at::Tensor& x, const OptTensor& weight, const OptTensor& bias,
+                                                  const OptTensor& residual, double eps, int64_t act, double slope) {
     at::AutoDispatchBelowADInplaceOrView below;
     static auto plain = op_handle("INSTANCE_NORM_NS::forward").typed<decltype(forward_meta)>();
     static auto fused = op_handle("INSTANCE_NORM_NS::fused_forward").typed<decltype(fused_forward_meta)>();
-    auto [y, stats] = act == 0 && !present(residual) ? plain.call(x, weight, bias, eps)
-                                                     : fused.call(x, weight, bias, residual, eps, act, slope);
+    return act == 0 && !present(residual) ? plain.call(x, weight, bias, eps)
+                                          : fused.call(x, weight, bias, residual, eps, act, slope);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptTensor& weight, const OptTensor& bias,
+                               const OptTensor& residual, double eps, int64_t act, double slope) {
+    auto [y, stats] = below(x, weight, bias, residual, eps, act, slope);
     ctx->save_for_backward({x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()), stats});
     save_epilogue(ctx, eps, act, slope, residual);
     ctx->mark_non_differentiable({stats});
@@ -3885,12 +3890,17 @@ class NormFunction : public torch::autograd::Function<NormFunction> {
 
 class EvalFunction : public torch::autograd::Function<EvalFunction> {
  public:
+  static at::Tensor below(const at::Tensor& x, const at::Tensor& running_mean, const at::Tensor& running_var,
+                          const OptTensor& weight, const OptTensor& bias, double eps, const OptTensor& residual,
+                          int64_t act, double slope) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    static auto op = op_handle("INSTANCE_NORM_NS::eval_forward").typed<decltype(eval_forward_meta)>();
+    return op.call(x, running_mean, running_var, weight, bias, eps, residual, act, slope);
+  }
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& running_mean,
                                const at::Tensor& running_var, const OptTensor& weight, const OptTensor& bias,
                                double eps, const OptTensor& residual, int64_t act, double slope) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    static auto op = op_handle("INSTANCE_NORM_NS::eval_forward").typed<decltype(eval_forward_meta)>();
-    at::Tensor y = op.call(x, running_mean, running_var, weight, bias, eps, residual, act, slope);
+    at::Tensor y = below(x, running_mean, running_var, weight, bias, eps, residual, act, slope);
     ctx->save_for_backward({x, running_mean, running_var, weight.value_or(at::Tensor()), bias.value_or(at::Tensor())});
     save_epilogue(ctx, eps, act, slope, residual);
     return {y};
@@ -3939,22 +3949,39 @@ class Refusing : public torch::autograd::Function<Refusing<Call>> {
   }
 };
 
-std::tuple<at::Tensor, at::Tensor> forward_autograd(const at::Tensor& x, const OptTensor& weight, const OptTensor& bias,
-                                                    double eps) {
-  const variable_list out = NormFunction::apply(x, weight, bias, OptTensor(), eps, int64_t(0), 0.0);
-  return {out[0], out[1]};
+// A call that wants no gradient (grad mode off, as in a compiled graph's forward, or no input that
+// requires one) skips the autograd Function: its node, saved variables and output wrapping cost
+// host time on every small-shape call, and there would be nothing to record.
+bool wants_grad(std::initializer_list<const at::Tensor*> tensors, std::initializer_list<const OptTensor*> optional) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const at::Tensor* t : tensors) {
+    if (t->requires_grad()) return true;
+  }
+  for (const OptTensor* t : optional) {
+    if (present(*t) && (*t)->requires_grad()) return true;
+  }
+  return false;
 }
 
 std::tuple<at::Tensor, at::Tensor> fused_forward_autograd(const at::Tensor& x, const OptTensor& weight,
                                                           const OptTensor& bias, const OptTensor& residual, double eps,
                                                           int64_t act, double slope) {
+  if (!wants_grad({&x}, {&weight, &bias, &residual})) return NormFunction::below(x, weight, bias, residual, eps, act, slope);
   const variable_list out = NormFunction::apply(x, weight, bias, residual, eps, act, slope);
   return {out[0], out[1]};
+}
+
+std::tuple<at::Tensor, at::Tensor> forward_autograd(const at::Tensor& x, const OptTensor& weight, const OptTensor& bias,
+                                                    double eps) {
+  return fused_forward_autograd(x, weight, bias, OptTensor(), eps, int64_t(0), 0.0);
 }
 
 at::Tensor eval_forward_autograd(const at::Tensor& x, const at::Tensor& running_mean, const at::Tensor& running_var,
                                  const OptTensor& weight, const OptTensor& bias, double eps, const OptTensor& residual,
                                  int64_t act, double slope) {
+  if (!wants_grad({&x, &running_mean, &running_var}, {&weight, &bias, &residual})) {
+    return EvalFunction::below(x, running_mean, running_var, weight, bias, eps, residual, act, slope);
+  }
   return EvalFunction::apply(x, running_mean, running_var, weight, bias, eps, residual, act, slope)[0];
 }
 

@@ -269,3 +269,34 @@ def test_training_step_cuda_graph(inorm):
     assert torch.allclose(static_loss, loss, atol=1e-5)
     for g, p in zip(grads, net.parameters()):
         assert torch.allclose(g, p.grad, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("module", ["ModelNew", "InstanceNormAct2d"])
+@pytest.mark.parametrize("track", [False, True], ids=["instance", "running"])
+def test_no_grad_path_same_output(inorm, gen, module, track):
+    """A call that wants no gradient (no_grad, or nothing requiring one) skips the autograd Function:
+    the same output, bit for bit, as the recording path, and no grad_fn; the recording path still
+    records, in train and eval mode, for each input that may want a gradient. (Train-mode output
+    does not depend on the running statistics the calls move; eval mode does not move them.)"""
+    kwargs = {"activation": "leaky_relu"} if module == "InstanceNormAct2d" else {}
+    m = getattr(inorm, module)(6, affine=True, track_running_stats=track, **kwargs).cuda()
+    for mode in (True, False):
+        m.train(mode)
+        x = torch.randn(2, 6, 9, 11, device="cuda", generator=gen)
+        with torch.no_grad():
+            m.weight.normal_(generator=gen)
+            quiet = m(x)
+        assert quiet.grad_fn is None and not quiet.requires_grad
+        for wanting in ("x", "weight"):
+            xi = x.clone().requires_grad_(wanting == "x")
+            m.weight.requires_grad_(wanting == "weight")
+            m.bias.requires_grad_(False)
+            y = m(xi)
+            assert y.grad_fn is not None, f"{module} train={mode} track={track} {wanting}: no grad_fn"
+            assert torch.equal(y.detach(), quiet), f"{module} train={mode} track={track} {wanting}: output differs"
+            with torch.no_grad():
+                assert m(xi).grad_fn is None
+            (g,) = torch.autograd.grad(y.sum(), [xi if wanting == "x" else m.weight])
+            assert torch.isfinite(g).all()
+        m.weight.requires_grad_(True)
+        m.bias.requires_grad_(True)
