@@ -191,6 +191,21 @@ def natural_dx(x, w, g_z, eps=1e-5):
     return (u if w is None else u * w.double().view((-1,) + (1,) * (x.dim() - 2))).norm().item()
 
 
+def natural_y(x, ref, weight=None, bias=None, eps=1e-5):
+    """Per element, the size of what the forward rounds, in float64 and x's shape: |w| * rstd * max|x|
+    of the instance (x - mean is found from a mean rounded at |x|'s scale, then multiplied by rstd
+    and w) plus |b| and |y|. Times the accumulation's epsilon, it bounds a correct float32
+    computation's error (a float32 two-pass on CPU stayed under 0.74x of it on H*W = 2 instances
+    with nearly equal values, where rstd nears 1 / sqrt(eps))."""
+    per_channel = (-1,) + (1,) * (x.dim() - 2)
+    rstd = reference_stats(x, eps)[1].view(x.shape[:2] + (1,) * (x.dim() - 2))
+    top = x.double().abs().flatten(2).amax(dim=-1).view(rstd.shape)
+    n = rstd * top * (1.0 if weight is None else weight.double().abs().view(per_channel))
+    if bias is not None:
+        n = n + bias.double().abs().view(per_channel)
+    return n + ref.double().abs()
+
+
 def rel_err(out, ref, scale=None, dtype=None):
     """||out - ref|| / ||scale|| (scale defaults to ref) in float64 (NaN propagates, so a NaN fails any
     `<=`). With `dtype`, the denominator is at least that dtype's smallest normal number: a reference
@@ -204,12 +219,15 @@ def rel_err(out, ref, scale=None, dtype=None):
     return num / den if den > 0 else num
 
 
-def assert_close_to(out, ref, dtype, what="", eager=None):
+def assert_close_to(out, ref, dtype, what="", eager=None, natural=None):
     """out is within TOL[dtype] of the float64 ref, in relative L2 and in max-abs. `eager`, if given,
     returns PyTorch's output of the same computation in `dtype`: where out misses TOL, it passes at up
     to twice eager's own error. That happens on ill-conditioned H*W = 2 instances (two nearly equal
     values, rstd near 1/sqrt(eps)): the float32 mean's rounding, times rstd, is above TOL for PyTorch
-    as for us (one element of a (3, 679, 2, 1) float32 output 1.6e-4 off against 1e-4)."""
+    as for us (one element of a (3, 679, 2, 1) float32 output 1.6e-4 off against 1e-4). Twice eager's
+    error is a sample, not a bound (a (5, 566, 2, 1) float32 flat output was 1.93e-3 off against
+    1.72e-3): `natural` (natural_y), if given, also lets each element be off by 8 accumulation
+    epsilons of the size of what its computation rounds."""
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     if ref.numel() == 0:
         return
@@ -223,6 +241,13 @@ def assert_close_to(out, ref, dtype, what="", eager=None):
         bound = max(bound, 2 * max_abs_err(theirs, ref))
         what = f"{what} (bounds widened to twice eager's error)"
     assert err <= rel_tol, f"{what}: relative error {err:.3g} > {rel_tol:.3g} (max abs {max_abs:.3g})"
+    if natural is not None and max_abs > bound:
+        unit = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
+        allowed = torch.clamp(8 * unit * natural.double(), min=bound)
+        excess = ((out.double() - ref.double()).abs() - allowed).max().item()
+        assert excess <= 0, (f"{what}: max abs error {max_abs:.3g} > {bound:.3g} and past 8 epsilons of what "
+                             f"it rounds by {excess:.3g} (relative {err:.3g})")
+        return
     assert max_abs <= bound, f"{what}: max abs error {max_abs:.3g} > {bound:.3g} (relative {err:.3g})"
 
 

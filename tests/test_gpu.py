@@ -31,6 +31,7 @@ from conftest import (  # shared helpers
     has_clusters,
     reference,
     natural_dx,
+    natural_y,
     rel_err,
     assert_close_to,
     assert_matches_eager,
@@ -162,7 +163,8 @@ def check_plan(ops, v, weight, bias, eps, plan, what):
     check_output_basics(y, v, what, plan)
     assert torch.isfinite(y).all(), f"{what}: non-finite output for finite input"
     eager = (lambda: F.instance_norm(v, weight=weight, bias=bias, eps=eps)) if v[0, 0].numel() > 1 else None
-    assert_close_to(y, reference(v, weight, bias, eps), v.dtype, what, eager=eager)
+    ref = reference(v, weight, bias, eps)
+    assert_close_to(y, ref, v.dtype, what, eager=eager, natural=natural_y(v, ref, weight, bias, eps))
     assert_stats_close(stats, v, eps, what)
 
 
