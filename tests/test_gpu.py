@@ -331,6 +331,21 @@ def test_plan_cluster(ops, rng, dtype, cluster):
     assert ("cluster", 2, 128, cluster, 0) not in refused, f"even the smallest plan was refused; refused: {refused}"
 
 
+def stream_fills(capacity, dtype, rng, budget):
+    """Inputs for a stream plan holding `capacity` 16-byte vectors per instance: slices filled
+    partly, wholly and barely, with as many instances as `budget` bytes allow (up to 600: more than
+    the resident clusters, so every cluster goes round its ring), in a random layout."""
+    vec = 16 // dtype.itemsize
+    for vectors in (rng.randint(capacity // 2 + 1, capacity), capacity, rng.randint(1, 64)):
+        hw = vectors * vec
+        most = max(2, min(600, budget // (hw * dtype.itemsize)))
+        n = rng.randint(1, 3)
+        c = rng.randint(max(1, most // (2 * n)), max(1, most // n))
+        x = with_layout(make_input((n, c) + split_hw(hw, rng), dtype, rng), rng.choice(["contiguous", "offset", "sliced"]))
+        weight, bias = random_affine(c, dtype, rng)
+        yield x, weight, bias
+
+
 @pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
 @pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
 def test_plan_stream(ops, rng, dtype, cluster):
@@ -353,13 +368,7 @@ def test_plan_stream(ops, rng, dtype, cluster):
                 run_ops(ops, x, None, None, 1e-5, plan)
             continue
         capacity = top // vec  # vectors
-        for vectors in (rng.randint(capacity // 2 + 1, capacity), capacity, rng.randint(1, 64)):
-            hw = vectors * vec
-            most = max(2, min(600, (48 << 20) // (hw * dtype.itemsize)))
-            n = rng.randint(1, 3)
-            c = rng.randint(max(1, most // (2 * n)), max(1, most // n))
-            x = with_layout(make_input((n, c) + split_hw(hw, rng), dtype, rng), rng.choice(["contiguous", "offset", "sliced"]))
-            weight, bias = random_affine(c, dtype, rng)
+        for x, weight, bias in stream_fills(capacity, dtype, rng, 48 << 20):
             check_plan(ops, x, weight, bias, 1e-5, plan, f"plan={plan} {dtype} shape={tuple(x.shape)}")
         for hw in ((capacity + 1) * vec, capacity * vec - 1):  # too big; not whole vectors
             x = make_input((1, 2) + split_hw(hw, rng), dtype, rng)
@@ -388,13 +397,7 @@ def test_plan_stream_ahead_backward(inorm, ops, rng, dtype, cluster):
             continue
         capacity = top // vec
         assert capacity <= 4 * 512 * cluster, f"{plan}: capacity {capacity} vectors"
-        for vectors in (rng.randint(capacity // 2 + 1, capacity), capacity, rng.randint(1, 64)):
-            hw = vectors * vec
-            most = max(2, min(600, (24 << 20) // (hw * dtype.itemsize)))
-            n = rng.randint(1, 3)
-            c = rng.randint(max(1, most // (2 * n)), max(1, most // n))
-            v = with_layout(make_input((n, c) + split_hw(hw, rng), dtype, rng), rng.choice(["contiguous", "offset", "sliced"]))
-            weight, bias = random_affine(c, dtype, rng)
+        for v, weight, bias in stream_fills(capacity, dtype, rng, 24 << 20):
             check_backward_plan(inorm, ops, v, weight, bias, plan, f"{plan} {dtype} shape={tuple(v.shape)}")
         x = make_input((1, 2) + split_hw((capacity + 1) * vec, rng), dtype, rng)
         assert inorm.plan_refusal(x, plan, backward=True) != ""
