@@ -226,8 +226,9 @@ def assert_close_to(out, ref, dtype, what="", eager=None, natural=None):
     values, rstd near 1/sqrt(eps)): the float32 mean's rounding, times rstd, is above TOL for PyTorch
     as for us (one element of a (3, 679, 2, 1) float32 output 1.6e-4 off against 1e-4). Twice eager's
     error is a sample, not a bound (a (5, 566, 2, 1) float32 flat output was 1.93e-3 off against
-    1.72e-3): `natural` (natural_y), if given, also lets each element be off by 8 accumulation
-    epsilons of the size of what its computation rounds."""
+    1.72e-3): `natural`, if given, returns natural_y's sizes of what each element's computation
+    rounds (called only where out misses the max-abs bound), and each element may then be off by 8
+    accumulation epsilons of its size."""
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     if ref.numel() == 0:
         return
@@ -243,7 +244,7 @@ def assert_close_to(out, ref, dtype, what="", eager=None, natural=None):
     assert err <= rel_tol, f"{what}: relative error {err:.3g} > {rel_tol:.3g} (max abs {max_abs:.3g})"
     if natural is not None and max_abs > bound:
         unit = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
-        allowed = torch.clamp(8 * unit * natural.double(), min=bound)
+        allowed = torch.clamp(8 * unit * natural().double(), min=bound)
         excess = ((out.double() - ref.double()).abs() - allowed).max().item()
         assert excess <= 0, (f"{what}: max abs error {max_abs:.3g} > {bound:.3g} and past 8 epsilons of what "
                              f"it rounds by {excess:.3g} (relative {err:.3g})")
