@@ -3128,14 +3128,24 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
 }
 
 // The forward's on-chip plan when x and dy both fit its CTA; else the stream plan for two tensors;
+// else, for an on-chip forward plan, its threads split over a cluster of kHeuristicCluster CTAs
+// (instances whose bytes are no multiple of 16 have no stream plan: fp32 (3,5,127,129) took 0.0118
+// ms on cluster(K=8,G=128,CS=8) against 0.0193 ms on multi_cta; H200, tune.py, benchmarks/NOTES.md);
 // else multi_cta.
 Plan choose_backward(DType dtype, int64_t instance_size, int64_t instances) {
+  const Direction bwd = Direction::kBackward;
   const Plan plan = choose_forward(dtype, instance_size, instances);
   const bool onchip = plan.regime == Regime::kOnchip || plan.regime == Regime::kCluster || plan.regime == Regime::kFlat;
-  if (onchip && refusal(dtype, Direction::kBackward, plan, nchw(instance_size)).empty()) return plan;
+  if (onchip && refusal(dtype, bwd, plan, nchw(instance_size)).empty()) return plan;
   bool found = false;
-  const Plan stream = choose_stream(dtype, Direction::kBackward, instance_size, &found);
-  return found ? stream : Plan::multi_cta();
+  const Plan stream = choose_stream(dtype, bwd, instance_size, &found);
+  if (found) return stream;
+  if (plan.regime == Regime::kOnchip && has_clusters()) {
+    const Plan split =
+        Plan::clustered(plan.vectors, std::max(plan.threads / kHeuristicCluster, kWarpSize), kHeuristicCluster);
+    if (refusal(dtype, bwd, split, nchw(instance_size)).empty()) return split;
+  }
+  return Plan::multi_cta();
 }
 
 // Channels-last input: one read with the onchip CTAs when they hold a whole column and are enough
@@ -3864,9 +3874,13 @@ class NormFunction : public torch::autograd::Function<NormFunction> {
     ctx->save_for_backward({x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()), stats});
     save_epilogue(ctx, eps, act, slope, residual);
     ctx->mark_non_differentiable({stats});
+    // The statistics take no gradient: without this, autograd fills a zero tensor for them on
+    // every backward (an allocation and a kernel per training step).
+    ctx->set_materialize_grads(false);
     return {y, stats};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return variable_list(7);  // no gradient reached y
     const auto saved = ctx->get_saved_variables();
     if (!norm_gradient_wanted(ctx, saved[1].defined(), saved[2].defined())) {  // only the residual's
       Wanted wanted{ctx};
@@ -3903,9 +3917,11 @@ class EvalFunction : public torch::autograd::Function<EvalFunction> {
     at::Tensor y = below(x, running_mean, running_var, weight, bias, eps, residual, act, slope);
     ctx->save_for_backward({x, running_mean, running_var, weight.value_or(at::Tensor()), bias.value_or(at::Tensor())});
     save_epilogue(ctx, eps, act, slope, residual);
+    ctx->set_materialize_grads(false);
     return {y};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return variable_list(9);
     const auto saved = ctx->get_saved_variables();
     // Edges: x, the running statistics, then weight and bias when given.
     bool norm_wanted = ctx->needs_input_grad(0);
@@ -4227,11 +4243,25 @@ class _Kernels:
 
     _act = 0  # the epilogue's activation code and slope (InstanceNormAct2d sets them)
     _slope = 0.0
+    _rank = 0  # the rank of batched input (each module class sets it)
 
     def forward(self, x):
         return self._forward(x, None)
 
     def _forward(self, x, residual):
+        # The usual call (batched input of the module's rank on the GPU, in a kernel dtype, with
+        # num_features channels and no residual) passes every check below at once; it costs host
+        # time on every call, which small feature maps feel (benchmarks/NOTES.md).
+        shape = x.shape
+        if (
+            residual is None
+            and len(shape) == self._rank
+            and x.is_cuda
+            and x.dtype in _KERNEL_DTYPES
+            and shape[1] == self.num_features
+            and shape[0]
+        ):
+            return self._run_kernels(x, None, shape[2:].numel())
         self._check_input_dim(x)
         feature_dim = x.dim() - self._get_no_batch_dim()
         if x.size(feature_dim) != self.num_features:
@@ -4259,33 +4289,40 @@ class _Kernels:
 
     def _normalize(self, x, residual):
         name = type(self).__name__
-        if not x.is_floating_point() or x.is_complex() or x.dtype not in _KERNEL_DTYPES:
+        if x.dtype not in _KERNEL_DTYPES:  # integer, bool and complex input
             raise NotImplementedError(
                 f"{name}: input dtype {x.dtype} is not supported; expected float16, bfloat16, float32 or float64"
             )
         use_input_stats = self.training or not self.track_running_stats
-        spatial = _spatial_size(x)
+        spatial = x.shape[2:].numel()
         if use_input_stats and spatial == 1:
             raise ValueError(f"Expected more than 1 spatial element when training, got input size {x.size()}")
         if x.size(0) == 0 and self.affine:
             # What PyTorch's instance norms do with an empty batch and affine parameters, kept for parity.
             raise IndexError(f"{name}: an empty batch with affine=True (PyTorch's instance norms raise IndexError too)")
-        momentum = self.momentum if self.momentum is not None else 0.0
-        update = self.training and self.track_running_stats
         if not x.is_cuda:
-            y = _cpu_instance_norm(self, x, use_input_stats, update, momentum)
+            momentum = self.momentum if self.momentum is not None else 0.0
+            y = _cpu_instance_norm(self, x, use_input_stats, self.training and self.track_running_stats, momentum)
             return _cpu_epilogue(y, residual, self._act, self._slope)
         if _ops is None:
             raise RuntimeError("instance_norm: the CUDA extension is not loaded (no GPU was visible at import)")
-        if not use_input_stats:
+        return self._run_kernels(x, residual, spatial)
+
+    def _run_kernels(self, x, residual, spatial):
+        """The kernels on checked CUDA input of (N, C, *spatial) with ``spatial`` elements per instance."""
+        if not self.training and self.track_running_stats:
             return _ops.eval_forward(
                 x, self.running_mean, self.running_var, self.weight, self.bias, self.eps, residual, self._act, self._slope
             )
-        if self._act == 0 and residual is None:
+        if spatial == 1:
+            raise ValueError(f"Expected more than 1 spatial element when training, got input size {x.size()}")
+        act = self._act
+        if act == 0 and residual is None:
             y, stats = _ops.forward(x, self.weight, self.bias, self.eps)
         else:
-            y, stats = _ops.fused_forward(x, self.weight, self.bias, residual, self.eps, self._act, self._slope)
-        if update:
+            y, stats = _ops.fused_forward(x, self.weight, self.bias, residual, self.eps, act, self._slope)
+        if self.training and self.track_running_stats:
+            momentum = self.momentum if self.momentum is not None else 0.0
             _ops.update_running_stats(stats, self.running_mean, self.running_var, x.size(0), spatial, momentum, self.eps)
         return y
 
@@ -4303,14 +4340,20 @@ class ModelNew(_Kernels, nn.InstanceNorm2d):
     Same constructor, parameters, buffers, state_dict and errors as ``nn.InstanceNorm2d``.
     """
 
+    _rank = 4  # of batched input
+
 
 class InstanceNorm1d(_Kernels, nn.InstanceNorm1d):
     """``nn.InstanceNorm1d`` on (N, C, L) or (C, L), run by the same kernels (an instance is the L elements)."""
+
+    _rank = 3
 
 
 class InstanceNorm3d(_Kernels, nn.InstanceNorm3d):
     """``nn.InstanceNorm3d`` on (N, C, D, H, W) or (C, D, H, W), run by the same kernels (an instance is the
     D*H*W elements; channels_last_3d input keeps its layout)."""
+
+    _rank = 5
 
 
 class InstanceNormAct2d(ModelNew):

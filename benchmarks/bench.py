@@ -332,27 +332,36 @@ def geomean_line(rows, method):
     return "Geometric mean speedup: " + (", ".join(parts) or "-")
 
 
-def isolated_ms(fn, reset=lambda: None, calls=40, warmup=3):
+def isolated_ms(fns, calls=40, warmup=5):
+    """Median time of isolated calls (synchronize, event, call, event, synchronize) of each entry of
+    ``fns`` ({name: (fn, reset)}), the entries taken in turn within each round so that host or clock
+    drift during the run falls on all of them alike (one entry timed after another gave the first
+    entry of a row the slow calls)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
+    times = {name: [] for name in fns}
     for _ in range(warmup + calls):
-        reset()
-        torch.cuda.synchronize()
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times[warmup:])
+        for name, (fn, reset) in fns.items():
+            reset()
+            torch.cuda.synchronize()
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times[name].append(start.elapsed_time(end))
+    return {name: statistics.median(t[warmup:]) for name, t in times.items()}
 
 
 def host_row(x):
-    c, row = x.shape[1], {}
+    c = x.shape[1]
+    nothing = lambda: None  # noqa: E731
     with torch.no_grad():
-        row["ours"] = isolated_ms(functools.partial(instance_norm.ModelNew(c).cuda(), x))
-        row["eager"] = isolated_ms(functools.partial(nn.InstanceNorm2d(c).cuda(), x))
-        row["group_norm"] = isolated_ms(functools.partial(F.group_norm, x, c))
+        row = isolated_ms({
+            "ours": (functools.partial(instance_norm.ModelNew(c).cuda(), x), nothing),
+            "eager": (functools.partial(nn.InstanceNorm2d(c).cuda(), x), nothing),
+            "group_norm": (functools.partial(F.group_norm, x, c), nothing),
+        })
     xg, dy = x.detach().requires_grad_(), torch.randn_like(x)
+    train = {}
     for name, module in (("train_ours", instance_norm.ModelNew(c, affine=True).cuda()),
                          ("train_eager", nn.InstanceNorm2d(c, affine=True).cuda())):
 
@@ -360,7 +369,8 @@ def host_row(x):
             xg.grad = None
             module.zero_grad(set_to_none=True)
 
-        row[name] = isolated_ms(lambda module=module: module(xg).backward(dy), reset)
+        train[name] = (lambda module=module: module(xg).backward(dy), reset)
+    row.update(isolated_ms(train))
     return row
 
 
@@ -370,7 +380,7 @@ def host_table(rows):
     body = [[r["dtype"], shape_str(r["shape"]), fmt(r["ours"]), fmt(r["eager"]), fmt(r["group_norm"]),
              fmt(min(r["eager"], r["group_norm"]) / r["ours"], ".2f", "x"), fmt(r["train_ours"]),
              fmt(r["train_eager"]), fmt(r["train_eager"] / r["train_ours"], ".2f", "x")] for r in rows]
-    return ("## Host: isolated eager calls (synchronize, event, call, event, synchronize; median of 40)\n\n"
+    return ("## Host: isolated eager calls (synchronize, event, call, event, synchronize; median of 40, peers in turn)\n\n"
             "Forward without grad; train = m(x).backward(dy) with affine=True; speedup = best peer / ours.\n\n"
             + md_table(head, body, 2))
 

@@ -486,6 +486,11 @@ def test_chosen_plans(inorm):
     main = torch.empty(1, dtype=torch.float32, device="cuda").expand(112, 64, 512, 512)
     if has_clusters():
         assert inorm.chosen_plan(main).regime == "stream"
+        # x and dy overflow one CTA and 127*129 floats are no whole 16-byte vectors (no stream plan):
+        # the backward splits the forward's CTA over a cluster instead of taking multi_cta.
+        odd = torch.empty(3, 5, 127, 129, device="cuda")
+        assert inorm.chosen_plan(odd).regime == "onchip"
+        assert inorm.chosen_plan(odd, True).regime == "cluster"
 
 
 # =========================================================================== more than 2**31 elements
