@@ -2719,6 +2719,12 @@ constexpr int kHeuristicClusterBlocks = 4;
 // copy on stream(CS=2,S=3) against 1.53x on onchip(K=8,G=1024), while bf16 (32,3,224,224), 96
 // instances, was best on the onchip CTA (1.68x against 1.90x; H200, tune.py on 720f2cb).
 constexpr int64_t kStreamOverOnchipPerSm = 2;
+// Few instances (at most one per kHeuristicCluster SMs), each needing an onchip CTA of at least
+// kFewInstancesMinThreads threads at K = 8: most SMs would idle, so each instance is split over a
+// cluster of kHeuristicCluster CTAs at K = 4 instead. tune.py on the H200 (benchmarks/NOTES.md),
+// onchip against that cluster plan: fp32 (4,4,181,181) 0.0131 -> 0.0096 ms, (2,4,127,129) 0.0104 ->
+// 0.0083, (1,8,128,128) 0.0090 -> 0.0077; bf16 (4,4,181,181) 0.0108 -> 0.0085.
+constexpr int64_t kFewInstancesMinThreads = 256;
 // candidates(tight): on-chip plans of at most twice the slots an instance needs, plus this slack
 // (so that tiny instances still see a few shapes).
 constexpr int kTightExtraSlots = 64;
@@ -3096,6 +3102,7 @@ Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool
 }
 
 bool many_instances(int64_t instances) { return instances >= kStreamOverOnchipPerSm * device_info().sms; }
+bool few_instances(int64_t instances) { return instances * kHeuristicCluster <= device_info().sms; }
 
 // The heuristic, from benchmarks/tune.py on an H100 and the H200 (numbers in benchmarks/NOTES.md).
 Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
@@ -3116,6 +3123,13 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
   if (threads == kMaxBlock && many_instances(instances)) {
     const Plan stream = choose_stream(dtype, fwd, instance_size, &found);
     if (found) return stream;
+  }
+  if (threads >= kFewInstancesMinThreads && threads <= kMaxBlock && few_instances(instances) && has_clusters()) {
+    int64_t split = kWarpSize;  // the threads of one CTA at K = 4, then over the cluster
+    while (split * 4 < slots) split *= 2;
+    const Plan plan = Plan::clustered(4, static_cast<int>(std::max<int64_t>(split / kHeuristicCluster, kWarpSize)),
+                                      kHeuristicCluster);
+    if (refusal(dtype, fwd, plan, nchw(instance_size)).empty()) return plan;
   }
   if (threads <= kMaxBlock) return Plan::onchip(kK, static_cast<int>(threads));
   const Plan stream = choose_stream(dtype, fwd, instance_size, &found);
@@ -3169,11 +3183,12 @@ Plan choose(DType dtype, Direction direction, const Shape& shape) {
   static std::map<std::tuple<int, int, int, int64_t, int64_t, int, int64_t>, Plan> cache;
   const int64_t instance_size = shape.instance_size;
   const int layout = shape.cl_default ? (shape.cl_vectors ? 2 : 1) : 0;  // N and C matter only then
-  // NCHW plans depend on N * C only through many_instances().
+  // NCHW plans depend on N * C only through many_instances() and few_instances().
   const int64_t instances = shape.batch * shape.channels;
+  const int count_class = layout ? 0 : many_instances(instances) ? 3 : few_instances(instances) ? 4 : 0;
   const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), static_cast<int>(dtype),
                                    static_cast<int>(direction), instance_size, layout ? shape.channels : 0,
-                                   layout ? layout : (many_instances(instances) ? 3 : 0), layout ? shape.batch : 0);
+                                   layout ? layout : count_class, layout ? shape.batch : 0);
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);

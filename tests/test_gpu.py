@@ -488,9 +488,15 @@ def test_chosen_plans(inorm):
         assert inorm.chosen_plan(main).regime == "stream"
         # x and dy overflow one CTA and 127*129 floats are no whole 16-byte vectors (no stream plan):
         # the backward splits the forward's CTA over a cluster instead of taking multi_cta.
-        odd = torch.empty(3, 5, 127, 129, device="cuda")
+        odd = torch.empty(3, 50, 127, 129, device="cuda")
         assert inorm.chosen_plan(odd).regime == "onchip"
         assert inorm.chosen_plan(odd, True).regime == "cluster"
+        # Few instances of a large CTA each: split over clusters, forward and backward (the plan
+        # cache tells 15 instances from 150 of the same size).
+        few = torch.empty(3, 5, 127, 129, device="cuda")
+        assert inorm.chosen_plan(few).regime == "cluster"
+        assert inorm.chosen_plan(few, True).regime == "cluster"
+        assert inorm.chosen_plan(odd).regime == "onchip"
 
 
 # =========================================================================== more than 2**31 elements
