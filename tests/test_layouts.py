@@ -138,14 +138,16 @@ def grad_names(w, r=None):
 
 
 
-def check_forward(y, stats, x, v, w, b, plan, what, eps=EPS):
-    """One forward result (ops or module) for input x (== v): layout, no aliasing, input untouched, values."""
+def check_forward(y, stats, x, v, w, b, plan, what, eps=EPS, eager=None):
+    """One forward result (ops or module) for input x (== v): layout, no aliasing, input untouched, values
+    (`eager`, where given, as in assert_close_to: PyTorch's output of the same call, whose error widens
+    the bounds on ill-conditioned instances)."""
     assert y.dtype == x.dtype and y.device == x.device, what
     expect_layout(y, x, plan, what)
     assert y.untyped_storage().data_ptr() != x.untyped_storage().data_ptr(), f"{what}: output aliases the input"
     assert torch.equal(x, v) and outside_intact(x), f"{what}: the input was modified"
     assert torch.isfinite(y).all(), f"{what}: non-finite output for finite input"
-    assert_close_to(y, reference_nd(v, w, b, eps), x.dtype, what)
+    assert_close_to(y, reference_nd(v, w, b, eps), x.dtype, what, eager=eager)
     if stats is not None:
         assert_stats_close(stats, v, eps, what)
 
@@ -257,7 +259,9 @@ def test_module_forward(inorm, rng, rank, layout, dtype):
         with torch.no_grad():
             poison_allocator(v.numel() * v.element_size())
             out = ours(x)
-            check_forward(out, None, x, v, ours.weight, ours.bias, None, what)
+            # An InstanceNorm1d float32 (2, 5, 2) output missed 1e-5 relative (1.38e-5) on H*W = 2
+            # instances of nearly equal values, where PyTorch's own float32 error is of that size too.
+            check_forward(out, None, x, v, ours.weight, ours.bias, None, what, eager=lambda: eager(x))
             assert_matches_eager(out, eager(x), reference_nd(v, ours.weight, ours.bias), dtype, what)
 
 
