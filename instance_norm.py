@@ -40,8 +40,13 @@ stream (sm_90)    one to 16 CTAs' worth, bytes a   a persistent grid of clusters
                                                    then fit beside this one's, and its partials
                                                    go out a whole instance ahead
 cluster (sm_90)   up to 4 CTAs' worth that the     8 CTAs per instance exchanging partials
-                  stream kernel refuses (bytes     through distributed shared memory
-                  not a multiple of 16)
+                  stream kernel refuses (bytes     through distributed shared memory; also
+                  not a multiple of 16); a         few instances (one per 8 SMs or fewer) of
+                  backward whose x and dy          256+ threads each, which would leave most
+                  overflow an onchip CTA and       SMs idle (fp32 (4,4,181,181) 0.0131 ->
+                  has no stream plan; few          0.0096 ms), and the backward the stream
+                  instances of a large CTA         plan cannot read (fp32 (3,5,127,129)
+                                                   0.0193 -> 0.0106 ms)
 multi_cta         anything larger, float64, no     per-chunk partials, a per-instance merge,
                   clusters (sm_80)                 then a second read (reverse chunk order, so
                                                    what is still in L2 goes first)
