@@ -1,0 +1,124 @@
+"""Writes an instrumented copy of instance_norm.py: std::chrono::steady_clock marks along the C++ host
+path of the forward and backward ops, read (and reset) by an extra `prof_read() -> float[]` op: 32
+accumulated microseconds, then 32 hit counts. A dev tool (eighth session; never in the product): the
+anchors below are exact source lines, and the script stops at the first one that no longer matches.
+
+    python benchmarks/instrument_host.py instance_norm.py /tmp/inst.py
+    python benchmarks/host_ab.py instance_norm.py,/tmp/inst.py     # the last version's marks are printed
+"""
+import sys
+src = open(sys.argv[1]).read()
+HEAD = '''#define IN_CHECK(cond, ...) TORCH_CHECK_WITH(Error, cond, __VA_ARGS__)
+#include <chrono>
+namespace inprof {
+inline double T[32];
+inline int64_t H[32];
+inline std::chrono::steady_clock::time_point last;
+inline void start() { last = std::chrono::steady_clock::now(); }
+inline void mark(int i) {
+  auto n = std::chrono::steady_clock::now();
+  T[i] += std::chrono::duration<double, std::micro>(n - last).count(); H[i]++; last = n;
+}
+}
+'''
+def sub(old, new, count=1):
+    global src
+    n = src.count(old)
+    assert n == count, (old, n)
+    src = src.replace(old, new)
+sub('#define IN_CHECK(cond, ...) TORCH_CHECK_WITH(Error, cond, __VA_ARGS__)\n', HEAD)
+# forward
+sub('''  if (!wants_grad({&x}, {&weight, &bias, &residual})) return NormFunction::below(x, weight, bias, residual, eps, act, slope);
+  const variable_list out = NormFunction::apply(x, weight, bias, residual, eps, act, slope);
+  return {out[0], out[1]};''',
+'''  inprof::start();
+  const bool wg = wants_grad({&x}, {&weight, &bias, &residual});
+  inprof::mark(0);
+  if (!wg) { auto r = NormFunction::below(x, weight, bias, residual, eps, act, slope); inprof::mark(12); return r; }
+  const variable_list out = NormFunction::apply(x, weight, bias, residual, eps, act, slope);
+  inprof::mark(15);
+  return {out[0], out[1]};''')
+sub('''    auto [y, stats] = below(x, weight, bias, residual, eps, act, slope);
+    ctx->save_for_backward({x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()), stats});
+    save_epilogue(ctx, eps, act, slope, residual);
+    ctx->mark_non_differentiable({stats});''',
+'''    inprof::mark(13);
+    auto [y, stats] = below(x, weight, bias, residual, eps, act, slope);
+    inprof::mark(12);
+    ctx->save_for_backward({x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()), stats});
+    save_epilogue(ctx, eps, act, slope, residual);
+    ctx->mark_non_differentiable({stats});
+    inprof::mark(14);''')
+sub('''  check_input(input);
+  c10::cuda::CUDAGuard guard(input.device());
+  const Shape shape = shape_of(input);
+  const Plan plan = plan_for(input, shape, Direction::kForward, forced, epilogue_of(epi));
+  at::Tensor x = input_for(input, plan);
+  at::Tensor y = empty_output(x, plan.channels_last());
+  at::Tensor stats = at::empty({2, x.size(0) * x.size(1)}, x.options().dtype(accumulation_type(x)));''',
+'''  inprof::mark(1);
+  check_input(input);
+  c10::cuda::CUDAGuard guard(input.device());
+  inprof::mark(2);
+  const Shape shape = shape_of(input);
+  inprof::mark(3);
+  const Plan plan = plan_for(input, shape, Direction::kForward, forced, epilogue_of(epi));
+  inprof::mark(4);
+  at::Tensor x = input_for(input, plan);
+  inprof::mark(5);
+  at::Tensor y = empty_output(x, plan.channels_last());
+  inprof::mark(6);
+  at::Tensor stats = at::empty({2, x.size(0) * x.size(1)}, x.options().dtype(accumulation_type(x)));
+  inprof::mark(7);''')
+sub('''  run(plan, pr);
+  return {y, stats};''', '''  inprof::mark(8);
+  run(plan, pr);
+  inprof::mark(11);
+  return {y, stats};''')
+sub('''  C10_CUDA_CHECK(launch_plan(plan, problem, launch, workspace.defined() ? workspace.data_ptr() : nullptr, stream));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();''', '''  inprof::mark(9 + 16 * (problem.direction == Direction::kBackward));
+  C10_CUDA_CHECK(launch_plan(plan, problem, launch, workspace.defined() ? workspace.data_ptr() : nullptr, stream));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  inprof::mark(10 + 16 * (problem.direction == Direction::kBackward));''')
+# backward
+sub('''  const variable_list out = Refusing<BackwardCall>::apply(grad_out, x, weight, bias, stats, act, slope);
+  return {out[0], out[1], out[2]};''', '''  inprof::start();
+  const variable_list out = Refusing<BackwardCall>::apply(grad_out, x, weight, bias, stats, act, slope);
+  inprof::mark(23);
+  return {out[0], out[1], out[2]};''')
+sub('''    at::AutoDispatchBelowADInplaceOrView below;
+    auto [dx, dweight, dbias] = Call::op().call(std::forward<Args>(args)...);''',
+'''    inprof::mark(16);
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [dx, dweight, dbias] = Call::op().call(std::forward<Args>(args)...);
+    inprof::mark(22);''')
+sub('''  const Shape shape = shape_of(input);
+  const Plan plan = plan_for(input, shape, Direction::kBackward, forced, epilogue_of(epi));
+  at::Tensor x = input_for(input, plan);
+  at::Tensor stats = stats_in.contiguous();
+  at::Tensor dx = empty_output(x, plan.channels_last());
+  at::Tensor sums = at::empty({2, P}, x.options().dtype(acc));''', '''  inprof::mark(17);
+  const Shape shape = shape_of(input);
+  const Plan plan = plan_for(input, shape, Direction::kBackward, forced, epilogue_of(epi));
+  inprof::mark(18);
+  at::Tensor x = input_for(input, plan);
+  at::Tensor stats = stats_in.contiguous();
+  at::Tensor dx = empty_output(x, plan.channels_last());
+  at::Tensor sums = at::empty({2, P}, x.options().dtype(acc));
+  inprof::mark(19);''')
+sub('''  if (x.numel() > 0) run(plan, pr);
+  auto [dweight, dbias] = channel_gradients(pr, weight, bias, x);
+  return {dx, dweight, dbias};''', '''  inprof::mark(20);
+  if (x.numel() > 0) run(plan, pr);
+  inprof::mark(21);
+  auto [dweight, dbias] = channel_gradients(pr, weight, bias, x);
+  inprof::mark(27);
+  return {dx, dweight, dbias};''', 2)
+sub('''  m.def("describe_plan(int[] plan) -> str", &INSTANCE_NORM_NS::describe_plan);''',
+'''  m.def("describe_plan(int[] plan) -> str", &INSTANCE_NORM_NS::describe_plan);
+  m.def("prof_read() -> float[]", +[]() {
+    std::vector<double> out(inprof::T, inprof::T + 32);
+    for (int i = 0; i < 32; ++i) { out.push_back(double(inprof::H[i])); inprof::T[i] = 0; inprof::H[i] = 0; }
+    return out;
+  });''')
+open(sys.argv[2], "w").write(src)
