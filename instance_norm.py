@@ -4416,7 +4416,8 @@ class InstanceNormAct2d(ModelNew):
 
 
 def _cpu_epilogue(y, residual, act, slope):
-    """The CPU path's activation and residual, in float64 with PyTorch's formulas."""
+    """The CPU path's activation and residual, in float64 with PyTorch's formulas (gelu_tanh in the
+    kernels' sigmoid form)."""
     if act == 0 and residual is None:
         return y
     z = y.double()
@@ -4428,8 +4429,8 @@ def _cpu_epilogue(y, residual, act, slope):
         z = z * z.sigmoid()
     elif act == 4:
         z = 0.5 * z * (1 + (z * 0.5**0.5).erf())
-    elif act == 5:
-        z = 0.5 * z * (1 + ((2 / 3.141592653589793) ** 0.5 * (z + 0.044715 * z**3)).tanh())
+    elif act == 5:  # PyTorch's 0.5 z (1 + tanh(u)) as z sigmoid(2u), which does not cancel for z << 0
+        z = z * (2 * (2 / 3.141592653589793) ** 0.5 * (z + 0.044715 * z**3)).sigmoid()
     if residual is not None:
         z = z + residual.double()
     return z.to(y.dtype)
