@@ -3109,6 +3109,19 @@ Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool
 bool many_instances(int64_t instances) { return instances >= kStreamOverOnchipPerSm * device_info().sms; }
 bool few_instances(int64_t instances) { return instances * kHeuristicCluster <= device_info().sms; }
 
+// The threads (a power of two, at least a warp) that hold `slots` vectors at `k` per thread.
+int64_t threads_for(int64_t slots, int k) {
+  int64_t threads = kWarpSize;
+  while (threads * k < slots) threads *= 2;
+  return threads;
+}
+
+// `threads` at `k` vectors each, split over a cluster of kHeuristicCluster CTAs.
+Plan cluster_split(int k, int64_t threads) {
+  return Plan::clustered(k, static_cast<int>(std::max<int64_t>(threads / kHeuristicCluster, kWarpSize)),
+                         kHeuristicCluster);
+}
+
 // The heuristic, from benchmarks/tune.py on an H100 and the H200 (numbers in benchmarks/NOTES.md).
 Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
   if (dtype == DType::kDouble) return Plan::multi_cta();  // accuracy over speed: one general path
@@ -3122,25 +3135,21 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
     return Plan::onchip(k, kWarpSize);
   }
   constexpr int kK = 8;
-  int64_t threads = kWarpSize;
-  while (threads * kK < slots) threads *= 2;
+  const int64_t threads = threads_for(slots, kK);
   bool found = false;
   if (threads == kMaxBlock && many_instances(instances)) {
     const Plan stream = choose_stream(dtype, fwd, instance_size, &found);
     if (found) return stream;
   }
   if (threads >= kFewInstancesMinThreads && threads <= kMaxBlock && few_instances(instances) && has_clusters()) {
-    int64_t split = kWarpSize;  // the threads of one CTA at K = 4, then over the cluster
-    while (split * 4 < slots) split *= 2;
-    const Plan plan = Plan::clustered(4, static_cast<int>(std::max<int64_t>(split / kHeuristicCluster, kWarpSize)),
-                                      kHeuristicCluster);
+    const Plan plan = cluster_split(4, threads_for(slots, 4));
     if (refusal(dtype, fwd, plan, nchw(instance_size)).empty()) return plan;
   }
   if (threads <= kMaxBlock) return Plan::onchip(kK, static_cast<int>(threads));
   const Plan stream = choose_stream(dtype, fwd, instance_size, &found);
   if (found) return stream;
   if (threads <= int64_t(kHeuristicClusterBlocks) * kMaxBlock && has_clusters()) {
-    const Plan plan = Plan::clustered(kK, static_cast<int>(threads / kHeuristicCluster), kHeuristicCluster);
+    const Plan plan = cluster_split(kK, threads);
     if (refusal(dtype, fwd, plan, nchw(instance_size)).empty()) return plan;
   }
   return Plan::multi_cta();
@@ -3160,8 +3169,7 @@ Plan choose_backward(DType dtype, int64_t instance_size, int64_t instances) {
   const Plan stream = choose_stream(dtype, bwd, instance_size, &found);
   if (found) return stream;
   if (plan.regime == Regime::kOnchip && has_clusters()) {
-    const Plan split =
-        Plan::clustered(plan.vectors, std::max(plan.threads / kHeuristicCluster, kWarpSize), kHeuristicCluster);
+    const Plan split = cluster_split(plan.vectors, plan.threads);
     if (refusal(dtype, bwd, split, nchw(instance_size)).empty()) return split;
   }
   return Plan::multi_cta();
@@ -4316,13 +4324,13 @@ class _Kernels:
         use_input_stats = self.training or not self.track_running_stats
         spatial = x.shape[2:].numel()
         if use_input_stats and spatial == 1:
-            raise ValueError(f"Expected more than 1 spatial element when training, got input size {x.size()}")
+            raise _one_spatial_element(x)
         if x.size(0) == 0 and self.affine:
             # What PyTorch's instance norms do with an empty batch and affine parameters, kept for parity.
             raise IndexError(f"{name}: an empty batch with affine=True (PyTorch's instance norms raise IndexError too)")
         if not x.is_cuda:
-            momentum = self.momentum if self.momentum is not None else 0.0
-            y = _cpu_instance_norm(self, x, use_input_stats, self.training and self.track_running_stats, momentum)
+            update = self.training and self.track_running_stats
+            y = _cpu_instance_norm(self, x, use_input_stats, update, _momentum(self))
             return _cpu_epilogue(y, residual, self._act, self._slope)
         if _ops is None:
             raise RuntimeError("instance_norm: the CUDA extension is not loaded (no GPU was visible at import)")
@@ -4335,23 +4343,26 @@ class _Kernels:
                 x, self.running_mean, self.running_var, self.weight, self.bias, self.eps, residual, self._act, self._slope
             )
         if spatial == 1:
-            raise ValueError(f"Expected more than 1 spatial element when training, got input size {x.size()}")
+            raise _one_spatial_element(x)
         act = self._act
         if act == 0 and residual is None:
             y, stats = _ops.forward(x, self.weight, self.bias, self.eps)
         else:
             y, stats = _ops.fused_forward(x, self.weight, self.bias, residual, self.eps, act, self._slope)
         if self.training and self.track_running_stats:
-            momentum = self.momentum if self.momentum is not None else 0.0
-            _ops.update_running_stats(stats, self.running_mean, self.running_var, x.size(0), spatial, momentum, self.eps)
+            _ops.update_running_stats(
+                stats, self.running_mean, self.running_var, x.size(0), spatial, _momentum(self), self.eps
+            )
         return y
 
 
-def _spatial_size(x):
-    size = 1
-    for s in x.shape[2:]:
-        size *= s
-    return size
+def _one_spatial_element(x):
+    return ValueError(f"Expected more than 1 spatial element when training, got input size {x.size()}")
+
+
+def _momentum(module):
+    """The running statistics' update factor: None counts as 0, as in PyTorch's instance norms."""
+    return module.momentum if module.momentum is not None else 0.0
 
 
 class ModelNew(_Kernels, nn.InstanceNorm2d):
@@ -4445,7 +4456,7 @@ def _cpu_instance_norm(module, x, use_input_stats, update, momentum):
     if use_input_stats:
         mean = xd.mean(dim=dims, keepdim=True)
         var = (xd - mean).square().mean(dim=dims, keepdim=True)
-        count = _spatial_size(x)
+        count = x.shape[2:].numel()
         if update and (count > 0 or x.size(0) == 0):  # instances of no elements leave them as they are
             with torch.no_grad():
                 # An empty batch averages nothing (NaN); count > 1 here (one element raised above).
