@@ -278,6 +278,7 @@ inline cudaLaunchConfig_t cluster_config(unsigned grid, int block, int smem, int
 
 // Defined in the kernel translation unit.
 const void* kernel_for(DType dtype, Direction direction, bool epilogue, const Plan& plan);  // null: none
+const void* kernel_for(DType dtype, Direction direction, Source source, bool epilogue, const Plan& plan);
 int64_t chunks_per_instance(DType dtype, int64_t instance_size);             // multi_cta chunks
 int64_t chunk_workspace_bytes(const Problem& problem);                       // multi_cta partials
 int64_t partial_bytes(DType dtype, Direction direction);  // one partial (statistics or sums)
@@ -1432,7 +1433,7 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
   s = group_reduce(s, G);
   if (active && local == 0) {
     coefs[q] = Op::coef(p, instance, s, known);
-    Op::publish(p, instance, s, known);
+    if constexpr (!Op::kCoefKnown) Op::publish(p, instance, s, known);
   }
   __syncthreads();
 
@@ -2377,8 +2378,15 @@ auto with_op(DType dtype, Direction direction, Source source, bool epilogue, F&&
 template <class Op>
 const void* typed_kernel_for(const Plan& plan) {
   using T = typename Op::T;
-  if constexpr (Elem<T>::kVec < 4 || Op::kCoefKnown) {
-    return nullptr;  // float64 and running statistics run only the multi_cta family
+  if constexpr (Elem<T>::kVec < 4) {
+    return nullptr;  // float64 runs only the multi_cta family
+  } else if constexpr (Op::kCoefKnown) {
+    // Running statistics: multi_cta's single sweeps, and for the forward's tiny instances the flat
+    // kernel's element map (multi_cta gives each 49-element instance a 512-thread CTA).
+    if constexpr (Op::kInputs == 1) {
+      if (plan.regime == Regime::kFlat) return reinterpret_cast<const void*>(&flat_kernel<Op>);
+    }
+    return nullptr;
   } else {
     switch (plan.regime) {
       case Regime::kStream:
@@ -2505,9 +2513,12 @@ unsigned channel_grid(int64_t channels) {
 
 }  // namespace
 
+const void* kernel_for(DType dtype, Direction direction, Source source, bool epilogue, const Plan& plan) {
+  return with_op(dtype, direction, source, epilogue, [&](auto op) { return typed_kernel_for<decltype(op)>(plan); });
+}
+
 const void* kernel_for(DType dtype, Direction direction, bool epilogue, const Plan& plan) {
-  return with_op(dtype, direction, Source::kInstance, epilogue,
-                 [&](auto op) { return typed_kernel_for<decltype(op)>(plan); });
+  return kernel_for(dtype, direction, Source::kInstance, epilogue, plan);
 }
 
 int64_t chunks_per_instance(DType dtype, int64_t instance_size) {
@@ -3233,7 +3244,7 @@ void run(const Plan& plan, const Problem& problem) {
       if (partials) allocate(P * launch.cl.chunks * partial_bytes(problem.dtype, problem.direction));
     } else {
       launch.smem = static_cast<int>(cl_onchip_smem(launch.cl, problem.dtype, problem.direction));
-      IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan), 1,
+      IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan), 1,
                               launch.block, launch.smem) > 0,
                "instance_norm: plan ", describe(plan), " cannot run on this device");
       launch.grid = static_cast<unsigned>(std::min<int64_t>(batch * launch.cl.tiles, kMaxGrid));
@@ -3244,7 +3255,7 @@ void run(const Plan& plan, const Problem& problem) {
     launch.flat = flat_shape(problem.dtype, problem.instance_size, P, device_info().sms, plan);
     launch.block = kFlatThreads;
     launch.smem = static_cast<int>(flat_smem(launch.flat, problem.dtype, problem.direction));
-    IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan), 1, launch.block,
+    IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan), 1, launch.block,
                             launch.smem) > 0,
              "instance_norm: plan ", describe(plan), " cannot run on this device");
     const int64_t units = (P + launch.flat.instances - 1) / launch.flat.instances;
@@ -3254,7 +3265,7 @@ void run(const Plan& plan, const Problem& problem) {
   } else if (plan.regime == Regime::kStream) {
     const int64_t slice = stream_slice_vectors(problem.instance_size, vector_width(problem.dtype), plan.cluster);
     const int64_t smem = stream_smem(plan, slice, problem.direction);
-    const int resident = resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan),
+    const int resident = resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan),
                                         plan.cluster, kStreamThreads, smem);
     IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
     launch.slice_vectors = static_cast<int>(slice);
@@ -3266,7 +3277,7 @@ void run(const Plan& plan, const Problem& problem) {
     launch.block = onchip_block(plan);
     launch.smem = static_cast<int>(onchip_smem(plan, problem.direction));
     // Also grants the kernel its dynamic shared memory (cached after the first call).
-    IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan), plan.cluster, launch.block,
+    IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan), plan.cluster, launch.block,
                             launch.smem) > 0,
              "instance_norm: plan ", describe(plan), " cannot run on this device");
     const int groups_per_block = launch.block / plan.threads;
@@ -3614,6 +3625,17 @@ void check_running(const at::Tensor& x, const at::Tensor& running_mean, const at
   }
 }
 
+// Eval mode's element map on NCHW input: the flat kernel for tiny instances (multi_cta gave each
+// 49-element instance of (64,256,7,7) a 512-thread CTA: 123 us per call, H200), else multi_cta's
+// single read.
+Plan eval_forward_plan(DType dtype, const Shape& shape) {
+  if (shape.instance_size <= kFlatHeuristicSize &&
+      refusal(dtype, Direction::kForward, Plan::flat(), nchw(shape.instance_size)).empty()) {
+    return Plan::flat();
+  }
+  return Plan::multi_cta();
+}
+
 at::Tensor eval_forward(const at::Tensor& input, const at::Tensor& running_mean, const at::Tensor& running_var,
                         const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps,
                         const c10::optional<at::Tensor>& residual_in, int64_t act, double slope) {
@@ -3621,9 +3643,9 @@ at::Tensor eval_forward(const at::Tensor& input, const at::Tensor& running_mean,
   check_running(input, running_mean, running_var);
   c10::cuda::CUDAGuard guard(input.device());
   const Shape shape = shape_of(input);
-  const Plan plan = keeps_layout<int64_t>(input.sizes(), input.strides(), dtype_of(input.scalar_type()))
-                        ? Plan::cl_split()
-                        : Plan::multi_cta();
+  const DType dtype = dtype_of(input.scalar_type());
+  const Plan plan = keeps_layout<int64_t>(input.sizes(), input.strides(), dtype) ? Plan::cl_split()
+                                                                                 : eval_forward_plan(dtype, shape);
   at::Tensor x = input_for(input, plan);
   at::Tensor y = empty_output(x, plan.channels_last());
   Problem pr = problem_of(x, y, Direction::kForward, Source::kRunning, plan, shape);
