@@ -2737,7 +2737,7 @@ constexpr int kHeuristicClusterBlocks = 4;
 constexpr int64_t kStreamOverOnchipPerSm = 2;
 // Few instances (at most one per kHeuristicCluster SMs), each needing an onchip CTA of at least
 // kFewInstancesMinThreads threads at K = 8: most SMs would idle, so each instance is split over a
-// cluster of kHeuristicCluster CTAs at K = 4 instead. tune.py on the H200 (benchmarks/NOTES.md),
+// cluster of kHeuristicCluster CTAs at 16 elements a thread instead. tune.py on the H200 (benchmarks/NOTES.md),
 // onchip against that cluster plan: fp32 (4,4,181,181) 0.0131 -> 0.0096 ms, (2,4,127,129) 0.0104 ->
 // 0.0083, (1,8,128,128) 0.0090 -> 0.0077; bf16 (4,4,181,181) 0.0108 -> 0.0085.
 constexpr int64_t kFewInstancesMinThreads = 256;
@@ -3141,9 +3141,13 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
     if (found) return stream;
   }
   if (threads >= kFewInstancesMinThreads && threads <= kMaxBlock && few_instances(instances) && has_clusters()) {
-    int64_t split = kWarpSize;  // the threads of one CTA at K = 4, then over the cluster
-    while (split * 4 < slots) split *= 2;
-    const Plan plan = Plan::clustered(4, static_cast<int>(std::max<int64_t>(split / kHeuristicCluster, kWarpSize)),
+    // 16 elements a thread: K = 4 vectors of fp32, K = 2 of 16-bit types (bf16 (1,8,128,128) took
+    // 0.0074-0.0078 ms on cluster(K=2,G=128,CS=8) against 0.0089 on onchip, where K = 4's 64-thread
+    // groups are refused; tune.py, H200, eighth session).
+    const int k = vector_width(dtype) == 4 ? 4 : 2;
+    int64_t split = kWarpSize;  // the threads of one CTA at K = k, then over the cluster
+    while (split * k < slots) split *= 2;
+    const Plan plan = Plan::clustered(k, static_cast<int>(std::max<int64_t>(split / kHeuristicCluster, kWarpSize)),
                                       kHeuristicCluster);
     if (refusal(dtype, fwd, plan, nchw(instance_size)).empty()) return plan;
   }
