@@ -70,7 +70,8 @@ over an *Op* (what a sweep over an instance computes: the forward's statistics a
 the backward's sums and input gradient, each from instance or running statistics, with an
 epilogue applied to the output) and an instance-addressing policy (contiguous NCHW spans; the
 channels-last families address rows of C). Eval mode with running statistics runs the multi_cta
-family's single-read sweeps (channels-last: the cl_split family's).
+family's single-read sweeps (tiny instances, H*W up to 64: the flat kernel's element map;
+channels-last: the cl_split family's).
 
 The epilogue is ``act(x_hat * weight + bias) (+ residual)``: ``InstanceNormAct2d`` uses it
 directly, ``fuse_activations`` puts it into eager models, and under ``torch.compile`` a pre-grad
@@ -1422,15 +1423,17 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
   const int rot = (M & 1) ? 0 : (q * G) % M;
   const int own = active ? (M - local + G - 1) / G : 0;
   Partial s{};
-  with_op_activation<Op>(p, [&](auto tag) {
-    auto get = [&](int t, int k) {
-      int j = local + k * G + rot;
-      j -= j >= M ? M : 0;
-      return Elem<T>::to_acc(reinterpret_cast<const T*>(flat_storage + t * shape.span_vectors)[head + q * M + j]);
-    };
-    s = Op::template sequence_partial<decltype(tag)::kFamily>(get, own, known);
-  });
-  s = group_reduce(s, G);
+  if constexpr (!Op::kCoefKnown) {  // running statistics need no reduction
+    with_op_activation<Op>(p, [&](auto tag) {
+      auto get = [&](int t, int k) {
+        int j = local + k * G + rot;
+        j -= j >= M ? M : 0;
+        return Elem<T>::to_acc(reinterpret_cast<const T*>(flat_storage + t * shape.span_vectors)[head + q * M + j]);
+      };
+      s = Op::template sequence_partial<decltype(tag)::kFamily>(get, own, known);
+    });
+    s = group_reduce(s, G);
+  }
   if (active && local == 0) {
     coefs[q] = Op::coef(p, instance, s, known);
     if constexpr (!Op::kCoefKnown) Op::publish(p, instance, s, known);
@@ -3621,7 +3624,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_with_plan(const at::Tens
 }
 
 // Eval mode with running statistics: a per-channel affine map, through the multi_cta family's
-// single-read sweeps (channels-last input: the cl_split family's).
+// single-read sweeps (tiny instances: the flat kernel's; channels-last input: the cl_split family's).
 void check_running(const at::Tensor& x, const at::Tensor& running_mean, const at::Tensor& running_var) {
   for (const at::Tensor* t : {&running_mean, &running_var}) {
     IN_CHECK(t->device() == x.device() && t->dim() == 1 && t->numel() == x.size(1),
