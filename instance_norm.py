@@ -70,7 +70,8 @@ over an *Op* (what a sweep over an instance computes: the forward's statistics a
 the backward's sums and input gradient, each from instance or running statistics, with an
 epilogue applied to the output) and an instance-addressing policy (contiguous NCHW spans; the
 channels-last families address rows of C). Eval mode with running statistics runs the multi_cta
-family's single-read sweeps (channels-last: the cl_split family's).
+family's single-read sweeps (tiny instances, H*W up to 64: the flat kernel's element map;
+channels-last: the cl_split family's).
 
 The epilogue is ``act(x_hat * weight + bias) (+ residual)``: ``InstanceNormAct2d`` uses it
 directly, ``fuse_activations`` puts it into eager models, and under ``torch.compile`` a pre-grad
@@ -278,6 +279,7 @@ inline cudaLaunchConfig_t cluster_config(unsigned grid, int block, int smem, int
 
 // Defined in the kernel translation unit.
 const void* kernel_for(DType dtype, Direction direction, bool epilogue, const Plan& plan);  // null: none
+const void* kernel_for(DType dtype, Direction direction, Source source, bool epilogue, const Plan& plan);
 int64_t chunks_per_instance(DType dtype, int64_t instance_size);             // multi_cta chunks
 int64_t chunk_workspace_bytes(const Problem& problem);                       // multi_cta partials
 int64_t partial_bytes(DType dtype, Direction direction);  // one partial (statistics or sums)
@@ -1421,18 +1423,20 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
   const int rot = (M & 1) ? 0 : (q * G) % M;
   const int own = active ? (M - local + G - 1) / G : 0;
   Partial s{};
-  with_op_activation<Op>(p, [&](auto tag) {
-    auto get = [&](int t, int k) {
-      int j = local + k * G + rot;
-      j -= j >= M ? M : 0;
-      return Elem<T>::to_acc(reinterpret_cast<const T*>(flat_storage + t * shape.span_vectors)[head + q * M + j]);
-    };
-    s = Op::template sequence_partial<decltype(tag)::kFamily>(get, own, known);
-  });
-  s = group_reduce(s, G);
+  if constexpr (!Op::kCoefKnown) {  // running statistics need no reduction
+    with_op_activation<Op>(p, [&](auto tag) {
+      auto get = [&](int t, int k) {
+        int j = local + k * G + rot;
+        j -= j >= M ? M : 0;
+        return Elem<T>::to_acc(reinterpret_cast<const T*>(flat_storage + t * shape.span_vectors)[head + q * M + j]);
+      };
+      s = Op::template sequence_partial<decltype(tag)::kFamily>(get, own, known);
+    });
+    s = group_reduce(s, G);
+  }
   if (active && local == 0) {
     coefs[q] = Op::coef(p, instance, s, known);
-    Op::publish(p, instance, s, known);
+    if constexpr (!Op::kCoefKnown) Op::publish(p, instance, s, known);
   }
   __syncthreads();
 
@@ -2377,8 +2381,15 @@ auto with_op(DType dtype, Direction direction, Source source, bool epilogue, F&&
 template <class Op>
 const void* typed_kernel_for(const Plan& plan) {
   using T = typename Op::T;
-  if constexpr (Elem<T>::kVec < 4 || Op::kCoefKnown) {
-    return nullptr;  // float64 and running statistics run only the multi_cta family
+  if constexpr (Elem<T>::kVec < 4) {
+    return nullptr;  // float64 runs only the multi_cta family
+  } else if constexpr (Op::kCoefKnown) {
+    // Running statistics: multi_cta's single sweeps, and for the forward's tiny instances the flat
+    // kernel's element map (multi_cta gives each 49-element instance a 512-thread CTA).
+    if constexpr (Op::kInputs == 1) {
+      if (plan.regime == Regime::kFlat) return reinterpret_cast<const void*>(&flat_kernel<Op>);
+    }
+    return nullptr;
   } else {
     switch (plan.regime) {
       case Regime::kStream:
@@ -2505,9 +2516,12 @@ unsigned channel_grid(int64_t channels) {
 
 }  // namespace
 
+const void* kernel_for(DType dtype, Direction direction, Source source, bool epilogue, const Plan& plan) {
+  return with_op(dtype, direction, source, epilogue, [&](auto op) { return typed_kernel_for<decltype(op)>(plan); });
+}
+
 const void* kernel_for(DType dtype, Direction direction, bool epilogue, const Plan& plan) {
-  return with_op(dtype, direction, Source::kInstance, epilogue,
-                 [&](auto op) { return typed_kernel_for<decltype(op)>(plan); });
+  return kernel_for(dtype, direction, Source::kInstance, epilogue, plan);
 }
 
 int64_t chunks_per_instance(DType dtype, int64_t instance_size) {
@@ -2726,7 +2740,7 @@ constexpr int kHeuristicClusterBlocks = 4;
 constexpr int64_t kStreamOverOnchipPerSm = 2;
 // Few instances (at most one per kHeuristicCluster SMs), each needing an onchip CTA of at least
 // kFewInstancesMinThreads threads at K = 8: most SMs would idle, so each instance is split over a
-// cluster of kHeuristicCluster CTAs at K = 4 instead. tune.py on the H200 (benchmarks/NOTES.md),
+// cluster of kHeuristicCluster CTAs at 16 elements a thread instead. tune.py on the H200 (benchmarks/NOTES.md),
 // onchip against that cluster plan: fp32 (4,4,181,181) 0.0131 -> 0.0096 ms, (2,4,127,129) 0.0104 ->
 // 0.0083, (1,8,128,128) 0.0090 -> 0.0077; bf16 (4,4,181,181) 0.0108 -> 0.0085.
 constexpr int64_t kFewInstancesMinThreads = 256;
@@ -3142,7 +3156,11 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
     if (found) return stream;
   }
   if (threads >= kFewInstancesMinThreads && threads <= kMaxBlock && few_instances(instances) && has_clusters()) {
-    const Plan plan = cluster_split(4, threads_for(slots, 4));
+    // 16 elements a thread: K = 4 vectors of fp32, K = 2 of 16-bit types (bf16 (1,8,128,128) took
+    // 0.0074-0.0078 ms on cluster(K=2,G=128,CS=8) against 0.0089 on onchip, where K = 4's 64-thread
+    // groups are refused; tune.py, H200, eighth session).
+    const int k = vector_width(dtype) == 4 ? 4 : 2;
+    const Plan plan = cluster_split(k, threads_for(slots, k));
     if (refusal(dtype, fwd, plan, nchw(instance_size)).empty()) return plan;
   }
   if (threads <= kMaxBlock) return Plan::onchip(kK, static_cast<int>(threads));
@@ -3241,7 +3259,7 @@ void run(const Plan& plan, const Problem& problem) {
       if (partials) allocate(P * launch.cl.chunks * partial_bytes(problem.dtype, problem.direction));
     } else {
       launch.smem = static_cast<int>(cl_onchip_smem(launch.cl, problem.dtype, problem.direction));
-      IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan), 1,
+      IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan), 1,
                               launch.block, launch.smem) > 0,
                "instance_norm: plan ", describe(plan), " cannot run on this device");
       launch.grid = static_cast<unsigned>(std::min<int64_t>(batch * launch.cl.tiles, kMaxGrid));
@@ -3252,7 +3270,7 @@ void run(const Plan& plan, const Problem& problem) {
     launch.flat = flat_shape(problem.dtype, problem.instance_size, P, device_info().sms, plan);
     launch.block = kFlatThreads;
     launch.smem = static_cast<int>(flat_smem(launch.flat, problem.dtype, problem.direction));
-    IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan), 1, launch.block,
+    IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan), 1, launch.block,
                             launch.smem) > 0,
              "instance_norm: plan ", describe(plan), " cannot run on this device");
     const int64_t units = (P + launch.flat.instances - 1) / launch.flat.instances;
@@ -3262,7 +3280,7 @@ void run(const Plan& plan, const Problem& problem) {
   } else if (plan.regime == Regime::kStream) {
     const int64_t slice = stream_slice_vectors(problem.instance_size, vector_width(problem.dtype), plan.cluster);
     const int64_t smem = stream_smem(plan, slice, problem.direction);
-    const int resident = resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan),
+    const int resident = resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan),
                                         plan.cluster, kStreamThreads, smem);
     IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
     launch.slice_vectors = static_cast<int>(slice);
@@ -3274,7 +3292,7 @@ void run(const Plan& plan, const Problem& problem) {
     launch.block = onchip_block(plan);
     launch.smem = static_cast<int>(onchip_smem(plan, problem.direction));
     // Also grants the kernel its dynamic shared memory (cached after the first call).
-    IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, has_epilogue(problem), plan), plan.cluster, launch.block,
+    IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan), plan.cluster, launch.block,
                             launch.smem) > 0,
              "instance_norm: plan ", describe(plan), " cannot run on this device");
     const int groups_per_block = launch.block / plan.threads;
@@ -3614,12 +3632,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_with_plan(const at::Tens
 }
 
 // Eval mode with running statistics: a per-channel affine map, through the multi_cta family's
-// single-read sweeps (channels-last input: the cl_split family's).
+// single-read sweeps (tiny instances: the flat kernel's; channels-last input: the cl_split family's).
 void check_running(const at::Tensor& x, const at::Tensor& running_mean, const at::Tensor& running_var) {
   for (const at::Tensor* t : {&running_mean, &running_var}) {
     IN_CHECK(t->device() == x.device() && t->dim() == 1 && t->numel() == x.size(1),
              "instance_norm: running statistics must be per-channel vectors on the input's device");
   }
+}
+
+// Eval mode's element map on NCHW input: the flat kernel for tiny instances (multi_cta gave each
+// 49-element instance of (64,256,7,7) a 512-thread CTA: 123 us per call, H200), else multi_cta's
+// single read.
+Plan eval_forward_plan(DType dtype, const Shape& shape) {
+  if (shape.instance_size <= kFlatHeuristicSize &&
+      refusal(dtype, Direction::kForward, Plan::flat(), nchw(shape.instance_size)).empty()) {
+    return Plan::flat();
+  }
+  return Plan::multi_cta();
 }
 
 at::Tensor eval_forward(const at::Tensor& input, const at::Tensor& running_mean, const at::Tensor& running_var,
@@ -3629,9 +3658,9 @@ at::Tensor eval_forward(const at::Tensor& input, const at::Tensor& running_mean,
   check_running(input, running_mean, running_var);
   c10::cuda::CUDAGuard guard(input.device());
   const Shape shape = shape_of(input);
-  const Plan plan = keeps_layout<int64_t>(input.sizes(), input.strides(), dtype_of(input.scalar_type()))
-                        ? Plan::cl_split()
-                        : Plan::multi_cta();
+  const DType dtype = dtype_of(input.scalar_type());
+  const Plan plan = keeps_layout<int64_t>(input.sizes(), input.strides(), dtype) ? Plan::cl_split()
+                                                                                 : eval_forward_plan(dtype, shape);
   at::Tensor x = input_for(input, plan);
   at::Tensor y = empty_output(x, plan.channels_last());
   Problem pr = problem_of(x, y, Direction::kForward, Source::kRunning, plan, shape);

@@ -290,6 +290,35 @@ def test_eval_ops(ops, rng, act, affine, residual, dtype):
         assert torch.equal(grads[-1], dy), f"{what}: the residual's gradient is not grad_output"
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@CUDA
+def test_eval_ops_tiny_instances(ops, rng, dtype):
+    """Eval mode on tiny instances (the flat kernel's element map with running statistics): many
+    instances over several CTAs, sizes that start instances inside a 16-byte vector, every activation,
+    with and without affine parameters and a residual; poisoned output."""
+    for hw in (1, 2, 7, 49, 63, 64):
+        n, c = rng.randint(20, 90), rng.randint(1, 40)
+        shape = (n, c) + split_hw(hw, rng)
+        act = rng.choice(ACTS)
+        slope = rng.choice(SLOPES) if act == "leaky_relu" else 0.0
+        affine, residual = rng.random() < 0.5, rng.random() < 0.5
+        what = f"eval {act}({slope}) {dtype} shape={shape} affine={affine} residual={residual}"
+        x = make_input(shape, dtype, rng, log_scale=(-0.5, 0.5))
+        rm, rv = torch.randn(c, device="cuda").to(dtype), (torch.rand(c, device="cuda") + 0.5).to(dtype)
+        w, b = affine_params(c, dtype) if affine else (None, None)
+        r = torch.randn(shape, device="cuda").to(dtype) if residual else None
+        poison_allocator(x.numel() * x.element_size())
+        y = ops.eval_forward(x, rm, rv, w, b, EPS, r, ACTS.index(act), slope)
+        assert torch.isfinite(y).all(), what
+        y_ref, _, _ = ref_fused(x, w, b, r, act, slope, running=(rm, rv))
+
+        def eager():
+            ye = eager_act(act, slope)(F.instance_norm(x, rm, rv, w, b, use_input_stats=False, eps=EPS))
+            return ye if r is None else ye + r
+
+        assert_close_to(y, y_ref, dtype, what, eager)
+
+
 # =========================================================================== 4. InstanceNormAct2d
 
 MODULE_CASES = [pytest.param("cuda", torch.float32, marks=CUDA, id="cuda-float32"),

@@ -496,6 +496,8 @@ def test_chosen_plans(inorm):
         few = torch.empty(3, 5, 127, 129, device="cuda")
         assert inorm.chosen_plan(few).regime == "cluster"
         assert inorm.chosen_plan(few, True).regime == "cluster"
+        few16 = torch.empty(1, 8, 128, 128, device="cuda", dtype=torch.bfloat16)  # K = 2 for 16-bit types
+        assert inorm.chosen_plan(few16) == inorm.Plan.clustered(2, 128, 8)
         assert inorm.chosen_plan(odd).regime == "onchip"
 
 
