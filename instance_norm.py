@@ -2738,6 +2738,11 @@ constexpr int kHeuristicClusterBlocks = 4;
 // copy on stream(CS=2,S=3) against 1.53x on onchip(K=8,G=1024), while bf16 (32,3,224,224), 96
 // instances, was best on the onchip CTA (1.68x against 1.90x; H200, tune.py on 720f2cb).
 constexpr int64_t kStreamOverOnchipPerSm = 2;
+// The backward, with x and dy of one instance in an onchip CTA of at least this many threads (128 KB at
+// fp32 K = 8) and many instances, streams them instead: fp32 (4,128,128,128) took 0.0398 ms on
+// stream(CS=2,S=3,K=4) against 0.0430 on onchip(K=8,G=512), floor 0.0298; bf16 (4,128,128,128), 256
+// threads, was best onchip (tune.py --loose, H200, 2026-11-29 ninth session, benchmarks/NOTES.md).
+constexpr int64_t kStreamBackwardMinThreads = 512;
 // Few instances (at most one per kHeuristicCluster SMs), each needing an onchip CTA of at least
 // kFewInstancesMinThreads threads at K = 8: most SMs would idle, so each instance is split over a
 // cluster of kHeuristicCluster CTAs at 16 elements a thread instead. tune.py on the H200 (benchmarks/NOTES.md),
@@ -3173,7 +3178,9 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
   return Plan::multi_cta();
 }
 
-// The forward's on-chip plan when x and dy both fit its CTA; else the stream plan for two tensors;
+// The stream plan for two tensors when the forward's on-chip CTA has kStreamBackwardMinThreads or more
+// and there are many instances; else the forward's on-chip plan when x and dy both fit its CTA; else
+// the stream plan for two tensors;
 // else, for an on-chip forward plan, its threads split over a cluster of kHeuristicCluster CTAs
 // (instances whose bytes are no multiple of 16 have no stream plan: fp32 (3,5,127,129) took 0.0118
 // ms on cluster(K=8,G=128,CS=8) against 0.0193 ms on multi_cta; H200, tune.py, benchmarks/NOTES.md);
@@ -3181,9 +3188,13 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
 Plan choose_backward(DType dtype, int64_t instance_size, int64_t instances) {
   const Direction bwd = Direction::kBackward;
   const Plan plan = choose_forward(dtype, instance_size, instances);
+  bool found = false;
+  if (plan.regime == Regime::kOnchip && plan.threads >= kStreamBackwardMinThreads && many_instances(instances)) {
+    const Plan stream = choose_stream(dtype, bwd, instance_size, &found);
+    if (found) return stream;
+  }
   const bool onchip = plan.regime == Regime::kOnchip || plan.regime == Regime::kCluster || plan.regime == Regime::kFlat;
   if (onchip && refusal(dtype, bwd, plan, nchw(instance_size)).empty()) return plan;
-  bool found = false;
   const Plan stream = choose_stream(dtype, bwd, instance_size, &found);
   if (found) return stream;
   if (plan.regime == Regime::kOnchip && has_clusters()) {
