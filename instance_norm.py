@@ -861,7 +861,7 @@ template <typename T> struct Params {
   const T* dy;
   T* out;  // y or dx
   ChannelVector weight, bias, running_mean, running_var;
-  acc_t* stats;  // (2, P): mean, then rstd
+  acc_t* stats;  // (2, P): mean, then rstd; null when no one reads them (Forward::publish)
   acc_t* sums;   // (2, P): sum(dy), then sum(dy * x_hat)
   int64_t num_instances;
   int64_t instance_size;
@@ -996,7 +996,10 @@ struct Forward {
   __device__ static acc_t apply(const Coef& c, const acc_t (&v)[kInputs], const ActArgs<acc_t>& act) {
     return activate<F>((v[0] - c.mean) * c.scale + c.shift, act);
   }
+  // Without a stats pointer (no gradient and no running statistics want them: the host skips the
+  // allocation) only the families that read the statistics back (multi_cta, cl_split) publish.
   __device__ static void publish(const Params<T>& p, int64_t instance, const Partial& total, const Known&) {
+    if (p.stats == nullptr) return;
     p.stats[instance] = total.mean;
     p.stats[p.num_instances + instance] = rstd_of(p, total);
   }
@@ -3548,28 +3551,37 @@ std::tuple<at::Tensor, at::Tensor> channel_gradients(const Problem& pr, const c1
 // ---------------------------------------------------------------------------------------------
 std::tuple<at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, const c10::optional<at::Tensor>& weight,
                                                 const c10::optional<at::Tensor>& bias, double eps,
-                                                const std::vector<int64_t>* forced, const Epilogue& epi) {
+                                                const std::vector<int64_t>* forced, const Epilogue& epi,
+                                                bool want_stats) {
   check_input(input);
   c10::cuda::CUDAGuard guard(input.device());
   const Shape shape = shape_of(input);
   const Plan plan = plan_for(input, shape, Direction::kForward, forced, epilogue_of(epi));
   at::Tensor x = input_for(input, plan);
   at::Tensor y = empty_output(x, plan.channels_last());
-  at::Tensor stats = at::empty({2, x.size(0) * x.size(1)}, x.options().dtype(accumulation_type(x)));
+  // The statistics only when the caller wants them (autograd, running statistics) or the plan reads
+  // them back between its sweeps; else a size-0 tensor (one allocation less per call: about 1.3 us
+  // of host time at (64,256,7,7), benchmarks/NOTES.md).
+  const auto acc = x.options().dtype(accumulation_type(x));
+  const bool reads_back = plan.regime == Regime::kMultiCta || plan.regime == Regime::kClSplit;
+  at::Tensor stats = want_stats || reads_back ? at::empty({2, x.size(0) * x.size(1)}, acc) : at::Tensor();
+  const at::Tensor returned = want_stats ? stats : at::empty({0}, acc);
   Problem pr = problem_of(x, y, Direction::kForward, Source::kInstance, plan, shape);
   const at::Tensor residual = apply_epilogue(pr, epi, x, plan);
   pr.weight = channel_vector(weight, x, "weight");
   pr.bias = channel_vector(bias, x, "bias");
-  pr.stats = stats.data_ptr();
+  pr.stats = stats.defined() ? stats.data_ptr() : nullptr;
   pr.eps = eps;
   if (x.numel() == 0) {  // no elements: the statistics of nothing
-    C10_CUDA_CHECK(launch_fill(output_vector(stats), stats.numel(), std::numeric_limits<double>::quiet_NaN(),
-                               c10::cuda::getCurrentCUDAStream()));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return {y, stats};
+    if (want_stats && stats.numel() > 0) {
+      C10_CUDA_CHECK(launch_fill(output_vector(stats), stats.numel(), std::numeric_limits<double>::quiet_NaN(),
+                                 c10::cuda::getCurrentCUDAStream()));
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    return {y, returned};
   }
   run(plan, pr);
-  return {y, stats};
+  return {y, returned};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(const at::Tensor& grad_out, const at::Tensor& input,
@@ -3607,15 +3619,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_impl(const at::Tensor& g
 }
 
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
-                                           const c10::optional<at::Tensor>& bias, double eps) {
-  return forward_impl(x, weight, bias, eps, nullptr, Epilogue{});
+                                           const c10::optional<at::Tensor>& bias, double eps, bool stats) {
+  return forward_impl(x, weight, bias, eps, nullptr, Epilogue{}, stats);
 }
 
 std::tuple<at::Tensor, at::Tensor> fused_forward(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
                                                  const c10::optional<at::Tensor>& bias,
                                                  const c10::optional<at::Tensor>& residual, double eps, int64_t act,
-                                                 double slope) {
-  return forward_impl(x, weight, bias, eps, nullptr, Epilogue{act, slope, residual});
+                                                 double slope, bool stats) {
+  return forward_impl(x, weight, bias, eps, nullptr, Epilogue{act, slope, residual}, stats);
 }
 
 std::tuple<at::Tensor, at::Tensor> forward_with_plan(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
@@ -3623,7 +3635,7 @@ std::tuple<at::Tensor, at::Tensor> forward_with_plan(const at::Tensor& x, const 
                                                      at::IntArrayRef plan, const c10::optional<at::Tensor>& residual,
                                                      int64_t act, double slope) {
   const std::vector<int64_t> fields(plan.begin(), plan.end());
-  return forward_impl(x, weight, bias, eps, &fields, Epilogue{act, slope, residual});
+  return forward_impl(x, weight, bias, eps, &fields, Epilogue{act, slope, residual}, true);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_out, const at::Tensor& x,
@@ -3803,13 +3815,15 @@ bool planned_layout_meta(const at::Tensor& x, at::IntArrayRef fields) {
   return true;
 }
 
-std::tuple<at::Tensor, at::Tensor> forward_meta_as(const at::Tensor& x, bool channels_last) {
-  return {empty_output_meta(x, channels_last),
-          at::empty_symint({c10::SymInt(2), x.sym_size(0) * x.sym_size(1)}, acc_options(x))};
+std::tuple<at::Tensor, at::Tensor> forward_meta_as(const at::Tensor& x, bool channels_last, bool stats) {
+  at::Tensor s = stats ? at::empty_symint({c10::SymInt(2), x.sym_size(0) * x.sym_size(1)}, acc_options(x))
+                       : at::empty_symint({c10::SymInt(0)}, acc_options(x));
+  return {empty_output_meta(x, channels_last), s};
 }
 
-std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& x, const OptTensor&, const OptTensor&, double) {
-  return forward_meta_as(x, channels_last_meta(x));
+std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& x, const OptTensor&, const OptTensor&, double,
+                                                bool stats) {
+  return forward_meta_as(x, channels_last_meta(x), stats);
 }
 
 // The epilogue's checks under torch.compile (fake tensors), as the CUDA kernels make them.
@@ -3822,16 +3836,17 @@ void check_epilogue_meta(const at::Tensor& x, const OptTensor& residual, int64_t
 }
 
 std::tuple<at::Tensor, at::Tensor> fused_forward_meta(const at::Tensor& x, const OptTensor& w, const OptTensor& b,
-                                                      const OptTensor& residual, double eps, int64_t act, double) {
+                                                      const OptTensor& residual, double eps, int64_t act, double,
+                                                      bool stats) {
   check_epilogue_meta(x, residual, act);
-  return forward_meta(x, w, b, eps);
+  return forward_meta(x, w, b, eps, stats);
 }
 
 std::tuple<at::Tensor, at::Tensor> forward_with_plan_meta(const at::Tensor& x, const OptTensor& w, const OptTensor& b,
                                                           double, at::IntArrayRef plan, const OptTensor& residual,
                                                           int64_t act, double) {
   check_epilogue_meta(x, residual, act);
-  return forward_meta_as(x, planned_layout_meta(x, plan));
+  return forward_meta_as(x, planned_layout_meta(x, plan), true);
 }
 
 at::Tensor gradient_like(const OptTensor& param, const at::Tensor& x) {
@@ -3929,16 +3944,18 @@ class NormFunction : public torch::autograd::Function<NormFunction> {
  public:
   // The op below autograd: what forward() runs, and all a call that wants no gradient runs.
   static std::tuple<at::Tensor, at::Tensor> below(const at::Tensor& x, const OptTensor& weight, const OptTensor& bias,
-                                                  const OptTensor& residual, double eps, int64_t act, double slope) {
+                                                  const OptTensor& residual, double eps, int64_t act, double slope,
+                                                  bool stats) {
     at::AutoDispatchBelowADInplaceOrView below;
     static auto plain = op_handle("INSTANCE_NORM_NS::forward").typed<decltype(forward_meta)>();
     static auto fused = op_handle("INSTANCE_NORM_NS::fused_forward").typed<decltype(fused_forward_meta)>();
-    return act == 0 && !present(residual) ? plain.call(x, weight, bias, eps)
-                                          : fused.call(x, weight, bias, residual, eps, act, slope);
+    return act == 0 && !present(residual) ? plain.call(x, weight, bias, eps, stats)
+                                          : fused.call(x, weight, bias, residual, eps, act, slope, stats);
   }
+  // The `stats` argument of the ops is the caller's (running statistics); the backward needs them too.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptTensor& weight, const OptTensor& bias,
                                const OptTensor& residual, double eps, int64_t act, double slope) {
-    auto [y, stats] = below(x, weight, bias, residual, eps, act, slope);
+    auto [y, stats] = below(x, weight, bias, residual, eps, act, slope, true);
     ctx->save_for_backward({x, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()), stats});
     save_epilogue(ctx, eps, act, slope, residual);
     ctx->mark_non_differentiable({stats});
@@ -4047,17 +4064,21 @@ bool wants_grad(std::initializer_list<const at::Tensor*> tensors, std::initializ
   return false;
 }
 
+// With a gradient wanted the statistics are computed and returned whatever `stats` says (the
+// backward reads them), so a compiled training graph and eager agree on the output's shape.
 std::tuple<at::Tensor, at::Tensor> fused_forward_autograd(const at::Tensor& x, const OptTensor& weight,
                                                           const OptTensor& bias, const OptTensor& residual, double eps,
-                                                          int64_t act, double slope) {
-  if (!wants_grad({&x}, {&weight, &bias, &residual})) return NormFunction::below(x, weight, bias, residual, eps, act, slope);
+                                                          int64_t act, double slope, bool stats) {
+  if (!wants_grad({&x}, {&weight, &bias, &residual})) {
+    return NormFunction::below(x, weight, bias, residual, eps, act, slope, stats);
+  }
   const variable_list out = NormFunction::apply(x, weight, bias, residual, eps, act, slope);
   return {out[0], out[1]};
 }
 
 std::tuple<at::Tensor, at::Tensor> forward_autograd(const at::Tensor& x, const OptTensor& weight, const OptTensor& bias,
-                                                    double eps) {
-  return fused_forward_autograd(x, weight, bias, OptTensor(), eps, int64_t(0), 0.0);
+                                                    double eps, bool stats) {
+  return fused_forward_autograd(x, weight, bias, OptTensor(), eps, int64_t(0), 0.0, stats);
 }
 
 at::Tensor eval_forward_autograd(const at::Tensor& x, const at::Tensor& running_mean, const at::Tensor& running_var,
@@ -4090,9 +4111,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_backward_autograd(const at::
 }  // namespace INSTANCE_NORM_NS
 
 TORCH_LIBRARY(INSTANCE_NORM_NS, m) {
-  m.def("forward(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)");
-  m.def("fused_forward(Tensor x, Tensor? weight, Tensor? bias, Tensor? residual, float eps, int act, float slope) "
-        "-> (Tensor, Tensor)");
+  // stats=False: the caller wants no statistics (a size-0 tensor comes back), unless autograd does.
+  m.def("forward(Tensor x, Tensor? weight, Tensor? bias, float eps, bool stats=True) -> (Tensor, Tensor)");
+  m.def("fused_forward(Tensor x, Tensor? weight, Tensor? bias, Tensor? residual, float eps, int act, float slope, "
+        "bool stats=True) -> (Tensor, Tensor)");
   m.def("backward(Tensor grad_output, Tensor x, Tensor? weight, Tensor? bias, Tensor stats, int act=0, "
         "float slope=0.0) -> (Tensor, Tensor, Tensor)");
   m.def("eval_forward(Tensor x, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? bias, float eps, "
@@ -4385,11 +4407,12 @@ class _Kernels:
         if spatial == 1:
             raise _one_spatial_element(x)
         act = self._act
+        update = self.training and self.track_running_stats  # the statistics only when read (or autograd's)
         if act == 0 and residual is None:
-            y, stats = _ops.forward(x, self.weight, self.bias, self.eps)
+            y, stats = _ops.forward(x, self.weight, self.bias, self.eps, update)
         else:
-            y, stats = _ops.fused_forward(x, self.weight, self.bias, residual, self.eps, act, self._slope)
-        if self.training and self.track_running_stats:
+            y, stats = _ops.fused_forward(x, self.weight, self.bias, residual, self.eps, act, self._slope, update)
+        if update:
             _ops.update_running_stats(
                 stats, self.running_mean, self.running_var, x.size(0), spatial, _momentum(self), self.eps
             )
@@ -4683,9 +4706,9 @@ def _residual_anchor(norm, add, act, r, stats, inputs, writers):
 
 
 def fuse_graph(graph, ops=None):
-    """Rewrite, in a Dynamo (pre-grad) FX graph, every ``getitem(ops.forward(x, w, b, eps), 0)``
+    """Rewrite, in a Dynamo (pre-grad) FX graph, every ``getitem(ops.forward(x, w, b, eps, stats), 0)``
     followed by a supported activation and/or a residual add into ``ops.fused_forward(x, w, b, r,
-    eps, act, slope)``. ``ops`` defaults to this file's ops. Edits the graph in place (the caller
+    eps, act, slope, stats)``. ``ops`` defaults to this file's ops. Edits the graph in place (the caller
     recompiles its GraphModule) and returns the number of rewrites. Installed under torch.compile by
     install_fusion_pass(); call it yourself from a custom backend that does not run Inductor."""
     ops = _ops if ops is None else ops
@@ -4715,6 +4738,7 @@ def fuse_graph(graph, ops=None):
         add = first if act is None else next(iter(act.users)) if len(act.users) == 1 else None
         r = _residual(add, act if act is not None else y) if add is not None else None
         x, w, b = (_arg(norm, i, k) for i, k in enumerate(("x", "weight", "bias")))
+        want_stats = _arg(norm, 4, "stats", True)
         anchor = norm
         if r is not None:
             anchor = _residual_anchor(norm, add, act, r, stats, (x, w, b, r), writers)
@@ -4727,8 +4751,10 @@ def fuse_graph(graph, ops=None):
         code = ACTIVATIONS.index(name) if act is not None else 0
         last = add if add is not None else act
         with graph.inserting_before(anchor):
+            # stats=False passes on (its default, True, is left out: graphs and older ops as before).
+            tail = () if want_stats is True else (want_stats,)
             fused = graph.call_function(ops.fused_forward.default,
-                                        (x, w, b, r, _specialize(eps), code, _specialize(slope)))
+                                        (x, w, b, r, _specialize(eps), code, _specialize(slope)) + tail)
             z = graph.call_function(operator.getitem, (fused, 0))
             s = graph.call_function(operator.getitem, (fused, 1))
         # Stack trace, nn_module_stack and example values carry over for later passes and for errors.

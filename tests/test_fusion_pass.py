@@ -53,7 +53,7 @@ def fusion():
 _STUB_LIBRARY = []
 
 
-def _stub_norm(x, w, b, eps):
+def _stub_norm(x, w, b, eps, stats=True):
     mean = x.mean(dim=(2, 3), keepdim=True)
     rstd = (x.var(dim=(2, 3), keepdim=True, unbiased=False) + eps).rsqrt()
     y = (x - mean) * rstd
@@ -61,11 +61,11 @@ def _stub_norm(x, w, b, eps):
         y = y * w.view(1, -1, 1, 1)
     if b is not None:
         y = y + b.view(1, -1, 1, 1)
-    return y, torch.stack([mean.flatten(), rstd.flatten()])
+    return y, torch.stack([mean.flatten(), rstd.flatten()]) if stats else x.new_empty(0)
 
 
-def _stub_fused(x, w, b, r, eps, act, slope):
-    y, stats = _stub_norm(x, w, b, eps)
+def _stub_fused(x, w, b, r, eps, act, slope, stats=True):
+    y, stats = _stub_norm(x, w, b, eps, stats)
     y = _act(y, ACTIVATIONS[act], slope)
     return (y if r is None else y + r), stats
 
@@ -78,16 +78,17 @@ def _stub_update(stats, running_mean, running_var, batch, count, momentum, eps):
 
 
 def _stub_meta(x, *args):
-    return torch.empty_like(x), x.new_empty(2, x.shape[0] * x.shape[1])
+    stats = args[-1] if args and isinstance(args[-1], bool) else True  # the ops' last argument, as the extension's
+    return torch.empty_like(x), x.new_empty((2, x.shape[0] * x.shape[1]) if stats else (0,))
 
 
 def stub_ops():
     """The three ops with the extension's schemas, CPU kernels in plain PyTorch, Meta kernels."""
     if not _STUB_LIBRARY:
         lib = torch.library.Library(STUB_NS, "DEF")
-        lib.define("forward(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)")
+        lib.define("forward(Tensor x, Tensor? weight, Tensor? bias, float eps, bool stats=True) -> (Tensor, Tensor)")
         lib.define("fused_forward(Tensor x, Tensor? weight, Tensor? bias, Tensor? residual, float eps, "
-                   "int act, float slope) -> (Tensor, Tensor)")
+                   "int act, float slope, bool stats=True) -> (Tensor, Tensor)")
         lib.define("update_running_stats(Tensor stats, Tensor(a!) running_mean, Tensor(b!) running_var, "
                    "int batch, int count, float momentum, float eps) -> ()")
         for name, cpu, meta in (("forward", _stub_norm, _stub_meta), ("fused_forward", _stub_fused, _stub_meta),
@@ -199,8 +200,9 @@ ACTIVATION_FORMS = {
 
 
 def fused_args(node):
-    x, w, b, r, eps, act, slope = node.args
-    return types.SimpleNamespace(x=x, w=w, b=b, r=r, eps=eps, act=ACTIVATIONS[act], slope=slope)
+    x, w, b, r, eps, act, slope, *stats = node.args
+    return types.SimpleNamespace(x=x, w=w, b=b, r=r, eps=eps, act=ACTIVATIONS[act], slope=slope,
+                                 stats=stats[0] if stats else True)
 
 
 @pytest.mark.parametrize("form", sorted(ACTIVATION_FORMS))
@@ -221,6 +223,22 @@ def test_activation_forms(fusion, env, form):
     assert (got.act, got.r, got.eps) == (name, None, 1e-5)
     assert got.slope == pytest.approx(slope)
     assert not cap.unfused()
+
+
+def test_stats_flag_carried(fusion, env):
+    """forward(..., stats=False) (a module with no running statistics, under no_grad) fuses into a
+    fused_forward that keeps stats=False; the default stays out of the call."""
+    ops = env.ops
+
+    def fn(x, flag):
+        y, stats = ops.forward(x, None, None, 1e-5, False)
+        z, stats2 = ops.forward(flag, None, None, 1e-5)
+        return F.relu(y), F.silu(z), stats2
+
+    x, y = inputs(env)
+    cap = run(fusion, env, fn, [x, y])
+    got = sorted((fused_args(n).act, fused_args(n).stats, len(n.args)) for n in cap.fused())
+    assert got == [("relu", False, 8), ("silu", True, 7)]
 
 
 def test_module_call_form(fusion, env):

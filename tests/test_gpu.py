@@ -453,6 +453,39 @@ def test_ops_forward_stats(ops, rng, dtype):
                    f"default plan {dtype} shape={shape} ({inorm_plan(v)})")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_forward_without_statistics(ops, inorm, rng, dtype):
+    """stats=False (no running statistics to update, no gradient): the same output, a size-0
+    statistics tensor, in every regime, the ones that read the statistics back between sweeps
+    (multi_cta, cl_split) included; a gradient wanted brings the statistics back."""
+    regimes = set()
+    for shape, layout in [((64, 32, 7, 7), "contiguous"), ((4, 8, 64, 65), "contiguous"),
+                          ((2, 4, 512, 512), "contiguous"), ((1, 2, 2000, 1999), "contiguous"),
+                          ((3, 5, 127, 129), "contiguous"), ((2, 64, 96, 96), "channels_last")]:
+        v = with_layout(make_input(shape, dtype, rng), layout)
+        weight, bias = random_affine(shape[1], dtype, rng)
+        regimes.add(inorm.chosen_plan(v).regime)
+        what = f"{dtype} {shape} {layout} ({inorm.chosen_plan(v)})"
+        y_ref, stats_ref = ops.forward(v, weight, bias, 1e-5)
+        y, stats = ops.forward(v, weight, bias, 1e-5, False)
+        assert stats.shape == (0,) and stats.dtype == stats_ref.dtype, f"{what}: {stats.shape}"
+        assert torch.equal(y, y_ref), f"{what}: output differs without statistics"
+        assert y.stride() == y_ref.stride(), what
+        z, _ = ops.fused_forward(v, weight, bias, None, 1e-5, 2, 0.01, False)
+        z_ref, _ = ops.fused_forward(v, weight, bias, None, 1e-5, 2, 0.01)
+        assert torch.equal(z, z_ref), f"{what}: fused output differs without statistics"
+    assert {"multi_cta", "cl_split"} <= regimes, regimes
+    x = make_input((2, 3, 20, 21), dtype, rng).requires_grad_()
+    y, stats = ops.forward(x, None, None, 1e-5, False)
+    assert stats.shape == (2, 6), "with a gradient wanted the statistics come back"
+    y.backward(torch.ones_like(y))
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    with torch.no_grad():
+        assert ops.forward(x, None, None, 1e-5, False)[1].shape == (0,)
+    torch.library.opcheck(ops.forward.default, (x.detach(), None, None, 1e-5, False))
+    torch.library.opcheck(ops.fused_forward.default, (x.detach(), None, None, None, 1e-5, 3, 0.0, False))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_many_instances_every_regime(ops, rng, dtype):
     """N*C > 65535 through each forced regime."""
