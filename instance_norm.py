@@ -4343,15 +4343,10 @@ class _Kernels:
         # num_features channels and no residual) passes every check below at once; it costs host
         # time on every call, which small feature maps feel (benchmarks/NOTES.md).
         shape = x.shape
-        if (
-            residual is None
-            and len(shape) == self._rank
-            and x.is_cuda
-            and x.dtype in _KERNEL_DTYPES
-            and shape[1] == self.num_features
-            and shape[0]
-        ):
-            return self._run_kernels(x, None, shape[2:].numel())
+        if residual is None and len(shape) == self._rank and x.is_cuda and x.dtype in _KERNEL_DTYPES:
+            instances = shape[0] * shape[1]
+            if shape[1] == self.num_features and instances:
+                return self._run_kernels(x, None, x.numel() // instances)
         self._check_input_dim(x)
         feature_dim = x.dim() - self._get_no_batch_dim()
         if x.size(feature_dim) != self.num_features:
@@ -4400,22 +4395,28 @@ class _Kernels:
 
     def _run_kernels(self, x, residual, spatial):
         """The kernels on checked CUDA input of (N, C, *spatial) with ``spatial`` elements per instance."""
-        if not self.training and self.track_running_stats:
-            return _ops.eval_forward(
-                x, self.running_mean, self.running_var, self.weight, self.bias, self.eps, residual, self._act, self._slope
-            )
+        # Parameters and buffers straight from the module's tables: Module.__getattr__ took about
+        # 1 us each per call (benchmarks/NOTES.md). A parametrized or deleted one is not in its
+        # table and takes the attribute route.
+        params, buffers = self._parameters, self._buffers
+        weight = params["weight"] if "weight" in params else self.weight
+        bias = params["bias"] if "bias" in params else self.bias
+        training, track = self.training, self.track_running_stats
+        if track:
+            mean = buffers["running_mean"] if "running_mean" in buffers else self.running_mean
+            var = buffers["running_var"] if "running_var" in buffers else self.running_var
+            if not training:
+                return _ops.eval_forward(x, mean, var, weight, bias, self.eps, residual, self._act, self._slope)
         if spatial == 1:
             raise _one_spatial_element(x)
         act = self._act
-        update = self.training and self.track_running_stats  # the statistics only when read (or autograd's)
+        update = training and track  # the statistics only when read (or autograd's)
         if act == 0 and residual is None:
-            y, stats = _ops.forward(x, self.weight, self.bias, self.eps, update)
+            y, stats = _ops.forward(x, weight, bias, self.eps, update)
         else:
-            y, stats = _ops.fused_forward(x, self.weight, self.bias, residual, self.eps, act, self._slope, update)
+            y, stats = _ops.fused_forward(x, weight, bias, residual, self.eps, act, self._slope, update)
         if update:
-            _ops.update_running_stats(
-                stats, self.running_mean, self.running_var, x.size(0), spatial, _momentum(self), self.eps
-            )
+            _ops.update_running_stats(stats, mean, var, x.size(0), spatial, _momentum(self), self.eps)
         return y
 
 
