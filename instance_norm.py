@@ -27,7 +27,10 @@ onchip, a warp    H*W up to 1024                   several instances per CTA; wa
 per instance                                       merges; no barrier
 onchip, a CTA     up to 32K elements (128 KB);     cp.async copies the instance into shared
 per instance      a 1024-thread one streams with   memory: registers stay low, several CTAs
-                  >= 2 instances per SM            overlap one's reduction with another's loads
+                  >= 2 instances per SM (the       overlap one's reduction with another's loads
+                  backward: 512+ threads, fp32
+                  (4,128,128,128) 0.0433 ->
+                  0.0390 ms)
 stream (sm_90)    one to 16 CTAs' worth, bytes a   a persistent grid of clusters, each CTA owns
                   multiple of 16 (the main shape,  a slice of every instance; the bulk copy
                   512x512, is 1 MiB)               engine keeps the next instances in flight and
@@ -72,6 +75,10 @@ epilogue applied to the output) and an instance-addressing policy (contiguous NC
 channels-last families address rows of C). Eval mode with running statistics runs the multi_cta
 family's single-read sweeps (tiny instances, H*W up to 64: the flat kernel's element map;
 channels-last: the cl_split family's).
+
+The ops return the statistics (mean, rstd per instance) beside the output; with ``stats=False``
+(the modules pass it when no running statistics are updated) and no gradient wanted they skip
+them and return a size-0 tensor.
 
 The epilogue is ``act(x_hat * weight + bias) (+ residual)``: ``InstanceNormAct2d`` uses it
 directly, ``fuse_activations`` puts it into eager models, and under ``torch.compile`` a pre-grad

@@ -43,6 +43,8 @@ for dtype, shape in ((torch.float32, (64, 256, 7, 7)), (torch.bfloat16, (64, 256
         ev = m.ModelNew(c, track_running_stats=True).cuda().eval()
         cases[f"mod/v{i}"] = lambda mod=mod: mod(x)
         cases[f"op/v{i}"] = lambda m=m: m._ops.forward.default(x, None, None, 1e-5)
+        if len(m._ops.forward.default._schema.arguments) > 4:  # stats=False (ninth session on)
+            cases[f"op_nostats/v{i}"] = lambda m=m: m._ops.forward.default(x, None, None, 1e-5, False)
         cases[f"act/v{i}"] = lambda act=act: act(x)
         cases[f"eval/v{i}"] = lambda ev=ev: ev(x)
         w = m.ModelNew(c, affine=True).cuda().to(dtype); xr = x.clone().requires_grad_(True)
