@@ -77,7 +77,7 @@ family's single-read sweeps (tiny instances, H*W up to 64: the flat kernel's ele
 channels-last: the cl_split family's).
 
 The ops return the statistics (mean, rstd per instance) beside the output; with ``stats=False``
-(the modules pass it when no running statistics are updated) and no gradient wanted they skip
+(the modules give it when no running statistics are updated) and no gradient wanted they skip
 them and return a size-0 tensor.
 
 The epilogue is ``act(x_hat * weight + bias) (+ residual)``: ``InstanceNormAct2d`` uses it
