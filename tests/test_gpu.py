@@ -486,6 +486,47 @@ def test_forward_without_statistics(ops, inorm, rng, dtype):
     torch.library.opcheck(ops.fused_forward.default, (x.detach(), None, None, None, 1e-5, 3, 0.0, False))
 
 
+def test_eager_entry_points(inorm, ops, rng):
+    """A plain eager call takes the extension's typed entry points (the same kernels through the
+    dispatcher, results bitwise the registered ops'); with a __torch_function__ mode active the
+    registered ops run, so the mode sees them."""
+    from torch.overrides import TorchFunctionMode
+
+    class Spy(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x = make_input((2, 8, 9, 10), torch.float32, rng)
+    for kwargs in ({}, {"affine": True}, {"track_running_stats": True}):
+        m = inorm.ModelNew(8, **kwargs).cuda()
+        with torch.no_grad():
+            y = m(x)
+            ref, _ = ops.forward(x, m.weight, m.bias, m.eps)
+            assert torch.equal(y, ref), kwargs
+            spy = Spy()
+            with spy:
+                y2 = m(x)
+            assert any("forward" in f for f in spy.seen), spy.seen
+            assert torch.equal(y2, ref), kwargs
+        m.eval()
+        with torch.no_grad():
+            if kwargs.get("track_running_stats"):
+                assert torch.equal(m(x), ops.eval_forward(x, m.running_mean, m.running_var, None, None, m.eps))
+    # Training with running statistics updates them through the entry point as through the op.
+    a, b = (inorm.ModelNew(8, track_running_stats=True, momentum=0.3).cuda() for _ in range(2))
+    a(x)
+    with Spy():
+        b(x)
+    torch.testing.assert_close(a.running_mean, b.running_mean, rtol=0, atol=0)
+    torch.testing.assert_close(a.running_var, b.running_var, rtol=0, atol=0)
+    assert a.running_mean.abs().sum() > 0
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_many_instances_every_regime(ops, rng, dtype):
     """N*C > 65535 through each forced regime."""
