@@ -2753,6 +2753,7 @@ constexpr int64_t kStreamOverOnchipPerSm = 2;
 // fp32 K = 8) and many instances, streams them instead: fp32 (4,128,128,128) took 0.0398 ms on
 // stream(CS=2,S=3,K=4) against 0.0430 on onchip(K=8,G=512), floor 0.0298; bf16 (4,128,128,128), 256
 // threads, was best onchip (tune.py --loose, H200, 2026-11-29 ninth session, benchmarks/NOTES.md).
+// float32 only: no 16-bit shape with a 512-thread CTA was timed (bf16 (4,128,128,256) would be one).
 constexpr int64_t kStreamBackwardMinThreads = 512;
 // Few instances (at most one per kHeuristicCluster SMs), each needing an onchip CTA of at least
 // kFewInstancesMinThreads threads at K = 8: most SMs would idle, so each instance is split over a
@@ -3189,8 +3190,8 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
   return Plan::multi_cta();
 }
 
-// The stream plan for two tensors when the forward's on-chip CTA has kStreamBackwardMinThreads or more
-// and there are many instances; else the forward's on-chip plan when x and dy both fit its CTA; else
+// The stream plan for two tensors when the forward's float32 on-chip CTA has kStreamBackwardMinThreads
+// or more and there are many instances; else the forward's on-chip plan when x and dy both fit its CTA; else
 // the stream plan for two tensors;
 // else, for an on-chip forward plan, its threads split over a cluster of kHeuristicCluster CTAs
 // (instances whose bytes are no multiple of 16 have no stream plan: fp32 (3,5,127,129) took 0.0118
@@ -3200,7 +3201,8 @@ Plan choose_backward(DType dtype, int64_t instance_size, int64_t instances) {
   const Direction bwd = Direction::kBackward;
   const Plan plan = choose_forward(dtype, instance_size, instances);
   bool found = false;
-  if (plan.regime == Regime::kOnchip && plan.threads >= kStreamBackwardMinThreads && many_instances(instances)) {
+  if (plan.regime == Regime::kOnchip && vector_width(dtype) == 4 && plan.threads >= kStreamBackwardMinThreads &&
+      many_instances(instances)) {
     const Plan stream = choose_stream(dtype, bwd, instance_size, &found);
     if (found) return stream;
   }

@@ -226,13 +226,13 @@ def test_activation_forms(fusion, env, form):
 
 
 def test_stats_flag_carried(fusion, env):
-    """forward(..., stats=False) (a module with no running statistics, under no_grad) fuses into a
+    """forward(..., stats=False) (what a module with no running statistics passes) fuses into a
     fused_forward that keeps stats=False; the default stays out of the call."""
     ops = env.ops
 
-    def fn(x, flag):
+    def fn(x, other):
         y, stats = ops.forward(x, None, None, 1e-5, False)
-        z, stats2 = ops.forward(flag, None, None, 1e-5)
+        z, stats2 = ops.forward(other, None, None, 1e-5)
         return F.relu(y), F.silu(z), stats2
 
     x, y = inputs(env)

@@ -459,9 +459,10 @@ def test_forward_without_statistics(ops, inorm, rng, dtype):
     statistics tensor, in every regime, the ones that read the statistics back between sweeps
     (multi_cta, cl_split) included; a gradient wanted brings the statistics back."""
     regimes = set()
-    for shape, layout in [((64, 32, 7, 7), "contiguous"), ((4, 8, 64, 65), "contiguous"),
-                          ((2, 4, 512, 512), "contiguous"), ((1, 2, 2000, 1999), "contiguous"),
-                          ((3, 5, 127, 129), "contiguous"), ((2, 64, 96, 96), "channels_last")]:
+    for shape, layout in [((64, 32, 7, 7), "contiguous"), ((8, 16, 32, 32), "contiguous"),
+                          ((4, 8, 64, 65), "contiguous"), ((2, 4, 512, 512), "contiguous"),
+                          ((1, 2, 2000, 1999), "contiguous"), ((3, 5, 127, 129), "contiguous"),
+                          ((8, 64, 16, 16), "channels_last"), ((2, 64, 96, 96), "channels_last")]:
         v = with_layout(make_input(shape, dtype, rng), layout)
         weight, bias = random_affine(shape[1], dtype, rng)
         regimes.add(inorm.chosen_plan(v).regime)
@@ -474,7 +475,8 @@ def test_forward_without_statistics(ops, inorm, rng, dtype):
         z, _ = ops.fused_forward(v, weight, bias, None, 1e-5, 2, 0.01, False)
         z_ref, _ = ops.fused_forward(v, weight, bias, None, 1e-5, 2, 0.01)
         assert torch.equal(z, z_ref), f"{what}: fused output differs without statistics"
-    assert {"multi_cta", "cl_split"} <= regimes, regimes
+    wanted = {"flat", "onchip", "multi_cta", "cl_onchip", "cl_split"} | ({"cluster", "stream"} if has_clusters() else set())
+    assert wanted <= regimes, regimes
     x = make_input((2, 3, 20, 21), dtype, rng).requires_grad_()
     y, stats = ops.forward(x, None, None, 1e-5, False)
     assert stats.shape == (2, 6), "with a gradient wanted the statistics come back"
@@ -572,10 +574,12 @@ def test_chosen_plans(inorm):
         assert inorm.chosen_plan(few, True).regime == "cluster"
         few16 = torch.empty(1, 8, 128, 128, device="cuda", dtype=torch.bfloat16)  # K = 2 for 16-bit types
         assert inorm.chosen_plan(few16) == inorm.Plan.clustered(2, 128, 8)
-        # Many instances whose x and dy fill a 512-thread onchip CTA: the backward streams them.
+        # Many instances whose x and dy fill a 512-thread onchip CTA: the float32 backward streams them.
         mid = torch.empty(4, 128, 128, 128, device="cuda")
         assert inorm.chosen_plan(mid).regime == "onchip"
         assert inorm.chosen_plan(mid, True).regime == "stream"
+        mid16 = torch.empty(4, 128, 128, 256, device="cuda", dtype=torch.bfloat16)  # 16-bit: not timed, onchip
+        assert inorm.chosen_plan(mid16, True).regime == "onchip"
         assert inorm.chosen_plan(odd).regime == "onchip"
 
 
