@@ -3570,8 +3570,8 @@ std::tuple<at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, const c
   at::Tensor x = input_for(input, plan);
   at::Tensor y = empty_output(x, plan.channels_last());
   // The statistics only when the caller wants them (autograd, running statistics) or the plan reads
-  // them back between its sweeps; else a size-0 tensor (one allocation less per call: about 1.3 us
-  // of host time at (64,256,7,7), benchmarks/NOTES.md).
+  // them back between its sweeps; else a size-0 tensor (one allocation less per call: 0.1-0.3 us of
+  // host time measured at (64,256,7,7) and (8,512,32,32), H200, benchmarks/NOTES.md).
   const auto acc = x.options().dtype(accumulation_type(x));
   const bool reads_back = plan.regime == Regime::kMultiCta || plan.regime == Regime::kClSplit;
   at::Tensor stats = want_stats || reads_back ? at::empty({2, x.size(0) * x.size(1)}, acc) : at::Tensor();
@@ -3676,12 +3676,10 @@ void check_running(const at::Tensor& x, const at::Tensor& running_mean, const at
 // Eval mode's element map on NCHW input: the flat kernel for tiny instances (multi_cta gave each
 // 49-element instance of (64,256,7,7) a 512-thread CTA: 123 us per call, H200), else multi_cta's
 // single read.
+// The forward's own (cached) choice decides, so the flat rule is written once.
 Plan eval_forward_plan(DType dtype, const Shape& shape) {
-  if (shape.instance_size <= kFlatHeuristicSize &&
-      refusal(dtype, Direction::kForward, Plan::flat(), nchw(shape.instance_size)).empty()) {
-    return Plan::flat();
-  }
-  return Plan::multi_cta();
+  const Plan plan = choose(dtype, Direction::kForward, shape);
+  return plan.regime == Regime::kFlat ? plan : Plan::multi_cta();
 }
 
 at::Tensor eval_forward(const at::Tensor& input, const at::Tensor& running_mean, const at::Tensor& running_var,
