@@ -26,6 +26,15 @@ def sub(old, new, count=1):
     n = src.count(old)
     assert n == count, (old, n)
     src = src.replace(old, new)
+def marks_between(block, marks):
+    """`block` (exact source lines) with `inprof::mark(m);` put before its line i for each {i: m}."""
+    lines = block.split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        if i in marks:
+            out.append(f"  inprof::mark({marks[i]});")
+        out.append(line)
+    sub(block, "\n".join(out))
 sub('#define IN_CHECK(cond, ...) TORCH_CHECK_WITH(Error, cond, __VA_ARGS__)\n', HEAD)
 # forward
 sub('''  if (!wants_grad({&x}, {&weight, &bias, &residual})) {
@@ -51,39 +60,18 @@ sub('''    auto [y, stats] = below(x, weight, bias, residual, eps, act, slope, t
     save_epilogue(ctx, eps, act, slope, residual);
     ctx->mark_non_differentiable({stats});
     inprof::mark(14);''')
-sub('''  check_input(input);
+marks_between('''  check_input(input);
   c10::cuda::CUDAGuard guard(input.device());
   const Shape shape = shape_of(input);
   const Plan plan = plan_for(input, shape, Direction::kForward, forced, epilogue_of(epi));
   at::Tensor x = input_for(input, plan);
   at::Tensor y = empty_output(x, plan.channels_last());
-  // The statistics only when the caller wants them (autograd, running statistics) or the plan reads
-  // them back between its sweeps; else a size-0 tensor (one allocation less per call: about 1.3 us
-  // of host time at (64,256,7,7), benchmarks/NOTES.md).
-  const auto acc = x.options().dtype(accumulation_type(x));
-  const bool reads_back = plan.regime == Regime::kMultiCta || plan.regime == Regime::kClSplit;
-  at::Tensor stats = want_stats || reads_back ? at::empty({2, x.size(0) * x.size(1)}, acc) : at::Tensor();
-  const at::Tensor returned = want_stats ? stats : at::empty({0}, acc);''',
-'''  inprof::mark(1);
-  check_input(input);
-  c10::cuda::CUDAGuard guard(input.device());
-  inprof::mark(2);
-  const Shape shape = shape_of(input);
-  inprof::mark(3);
-  const Plan plan = plan_for(input, shape, Direction::kForward, forced, epilogue_of(epi));
-  inprof::mark(4);
-  at::Tensor x = input_for(input, plan);
-  inprof::mark(5);
-  at::Tensor y = empty_output(x, plan.channels_last());
-  inprof::mark(6);
-  // The statistics only when the caller wants them (autograd, running statistics) or the plan reads
-  // them back between its sweeps; else a size-0 tensor (one allocation less per call: about 1.3 us
-  // of host time at (64,256,7,7), benchmarks/NOTES.md).
-  const auto acc = x.options().dtype(accumulation_type(x));
-  const bool reads_back = plan.regime == Regime::kMultiCta || plan.regime == Regime::kClSplit;
-  at::Tensor stats = want_stats || reads_back ? at::empty({2, x.size(0) * x.size(1)}, acc) : at::Tensor();
-  const at::Tensor returned = want_stats ? stats : at::empty({0}, acc);
-  inprof::mark(7);''')
+  // The statistics only when the caller wants them (autograd, running statistics) or the plan reads''',
+              {0: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6})
+sub('''  const at::Tensor returned = want_stats ? stats : at::empty({0}, acc);
+''', '''  const at::Tensor returned = want_stats ? stats : at::empty({0}, acc);
+  inprof::mark(7);
+''')
 sub('''  run(plan, pr);
   return {y, returned};''', '''  inprof::mark(8);
   run(plan, pr);

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from conftest import (ACT_REF, near_kink, as_plan, assert_close_to, assert_matches_eager, assert_stats_close, check_grads,
                       DTYPES, expect_layout, LAYOUTS, make_input, plan_capacity, poison_allocator, reference,
-                      natural_dx, REGIMES, rel_err, skip_unsupported_regime, split_hw, whole_vectors,
+                      natural_dx, param_terms, REGIMES, rel_err, skip_unsupported_regime, split_hw, whole_vectors,
                       with_layout)
 
 CUDA = pytest.mark.requires_cuda
@@ -53,6 +53,21 @@ def ref_fused(x, w, b, r, act, slope, eps=EPS, running=None):
     y = ACT_REF[act](z, slope)
     y = y if rd is None else y + rd
     return y, z, [t for t in (xd, wd, bd, rd) if t is not None]
+
+
+def module_param_terms(x, z, y_ref, dy, running, eps):
+    """param_terms of ref_fused's graph (kept for the caller's own backward): dz from y_ref back to z,
+    xhat from x and the instance's statistics, or the running ones when `running` is given (not as
+    (z - b) / w, which a zero weight would break)."""
+    dz, = torch.autograd.grad(y_ref, z, dy.double(), retain_graph=True)
+    xd = x.detach().double()
+    if running is None:
+        mean = xd.mean(dim=(-2, -1), keepdim=True)
+        xhat = (xd - mean) * torch.rsqrt((xd - mean).square().mean(dim=(-2, -1), keepdim=True) + eps)
+    else:
+        rm, rv = (t.detach().double().view(-1, 1, 1) for t in running)
+        xhat = (xd - rm) * torch.rsqrt(rv + eps)
+    return param_terms(dz, xhat)
 
 
 def kink_safe(dy, z, act):
@@ -367,14 +382,15 @@ def test_module_like_eager(inorm, rng, device, dtype, act, training):
             grads = torch.autograd.grad(y, [xi, model.weight, model.bias] + ([ri] if r is not None else []), dy)
             results.append((y, grads))
         (y, grads), (y_eager, grads_eager) = results
+        terms = module_param_terms(x, z, y_ref, dy, running, ours.eps)
         ref = torch.autograd.grad(y_ref, leaves, dy.double())
         assert y.dtype == dtype and y.device == x.device, what
         assert_close_to(y, y_ref, dtype, what)
         assert_matches_eager(y, y_eager, y_ref, dtype, what)
         names = grad_names(ours.weight, r)
-        check_grads(grads, ref, names, dtype, what)
+        check_grads(grads, ref, names, dtype, what, terms=terms)
         for name, got, expected, want in zip(names, grads, grads_eager, ref):
-            assert_matches_eager(got, expected, want, dtype, f"{what}: grad of {name}", name)
+            assert_matches_eager(got, expected, want, dtype, f"{what}: grad of {name}", name, terms)
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     for name in ("running_mean", "running_var"):
         torch.testing.assert_close(getattr(ours, name), getattr(norm, name), rtol=tol, atol=tol, msg=name)
