@@ -4752,75 +4752,128 @@ def _residual_anchor(norm, add, act, r, stats, inputs, writers):
     return anchor
 
 
+def _epilogue_after(norm, y, stats, inputs, writers):
+    """What fuses after the norm `norm` whose output is `y` (its only user follows): (act, name, slope,
+    add, r, anchor) with act / add the nodes to remove (either may be None, not both) and anchor the
+    node the fused op goes before; None when nothing fuses. `stats` are the norm's statistics
+    outputs (none for eval_forward), `inputs` the tensors the fused op reads."""
+    first = next(iter(y.users))  # the intermediate's only user: no one else reads it
+    name, slope = _activation(first, y) or (None, None)
+    act = first if name is not None else None
+    slope = _float_source(slope) if act is not None else 0.0
+    if slope is None or act is not None and any(_barrier(n, writers) for n in _span(norm, act)):
+        return None
+    add = first if act is None else next(iter(act.users)) if len(act.users) == 1 else None
+    r = _residual(add, act if act is not None else y) if add is not None else None
+    anchor = norm
+    if r is not None:
+        anchor = _residual_anchor(norm, add, act, r, stats, inputs + (r,), writers)
+        if anchor is None:
+            r, anchor = None, norm  # keep the activation fusion, leave the add as it is
+    if r is None:
+        add = None
+        if act is None:
+            return None
+    return act, name, slope, add, r, anchor
+
+
+def _replace(graph, last, removed, new, meta):
+    """`new` (already inserted) takes over `last`'s users; the nodes of `removed` go, consumers first.
+    Stack trace, nn_module_stack and example values carry over for later passes and for errors."""
+    new.meta.update(meta)
+    last.replace_all_uses_with(new)
+    for node in removed:
+        graph.erase_node(node)
+
+
 def fuse_graph(graph, ops=None):
     """Rewrite, in a Dynamo (pre-grad) FX graph, every ``getitem(ops.forward(x, w, b, eps, stats), 0)``
     followed by a supported activation and/or a residual add into ``ops.fused_forward(x, w, b, r,
-    eps, act, slope, stats)``. ``ops`` defaults to this file's ops. Edits the graph in place (the caller
-    recompiles its GraphModule) and returns the number of rewrites. Installed under torch.compile by
+    eps, act, slope, stats)``, and every ``ops.eval_forward(x, mean, var, w, b, eps)`` (eval mode with
+    running statistics) followed by them into ``ops.eval_forward(x, mean, var, w, b, eps, r, act,
+    slope)``. ``ops`` defaults to this file's ops. Edits the graph in place (the caller recompiles its
+    GraphModule) and returns the number of rewrites. Installed under torch.compile by
     install_fusion_pass(); call it yourself from a custom backend that does not run Inductor."""
     ops = _ops if ops is None else ops
     if ops is None or not hasattr(ops, "fused_forward"):
         return 0
     norms = (ops.forward, ops.forward.default)
+    evals = (ops.eval_forward, ops.eval_forward.default) if hasattr(ops, "eval_forward") else ()
     writers = (ops.update_running_stats, ops.update_running_stats.default)
     count = 0
     for norm in list(graph.nodes):
-        if norm.op != "call_function" or norm.target not in norms:
-            continue
-        users = list(norm.users)
-        if not all(u.op == "call_function" and u.target is operator.getitem for u in users):
-            continue
-        ys = [u for u in users if u.args[1] == 0]
-        stats = [u for u in users if u.args[1] == 1]
-        eps = _float_source(_arg(norm, 3, "eps"))
-        if len(ys) != 1 or len(ys) + len(stats) != len(users) or len(ys[0].users) != 1 or eps is None:
-            continue
-        y = ys[0]
-        first = next(iter(y.users))  # the intermediate's only user: no one else reads it
-        name, slope = _activation(first, y) or (None, None)
-        act = first if name is not None else None
-        slope = _float_source(slope) if act is not None else 0.0
-        if slope is None or act is not None and any(_barrier(n, writers) for n in _span(norm, act)):
-            continue
-        add = first if act is None else next(iter(act.users)) if len(act.users) == 1 else None
-        r = _residual(add, act if act is not None else y) if add is not None else None
-        x, w, b = (_arg(norm, i, k) for i, k in enumerate(("x", "weight", "bias")))
-        want_stats = _arg(norm, 4, "stats", True)
-        anchor = norm
-        if r is not None:
-            anchor = _residual_anchor(norm, add, act, r, stats, (x, w, b, r), writers)
-            if anchor is None:
-                r, anchor = None, norm  # keep the activation fusion, leave the add as it is
-        if r is None:
-            add = None
-            if act is None:
-                continue
-        code = ACTIVATIONS.index(name) if act is not None else 0
-        last = add if add is not None else act
-        with graph.inserting_before(anchor):
-            # stats=False passes on (its default, True, is left out: graphs and older ops as before).
-            tail = () if want_stats is True else (want_stats,)
-            fused = graph.call_function(ops.fused_forward.default,
-                                        (x, w, b, r, _specialize(eps), code, _specialize(slope)) + tail)
-            z = graph.call_function(operator.getitem, (fused, 0))
-            s = graph.call_function(operator.getitem, (fused, 1))
-        # Stack trace, nn_module_stack and example values carry over for later passes and for errors.
-        fused.meta.update(norm.meta)
-        if "example_value" in norm.meta:
-            fused.meta["example_value"] = (last.meta.get("example_value"), norm.meta["example_value"][1])
-        z.meta.update(last.meta)
-        s.meta.update(stats[0].meta if stats else {})
-        last.replace_all_uses_with(z)
-        for node in stats:
-            node.replace_all_uses_with(s)
-        for node in [last] + [n for n in (act, y) if n is not None and n is not last] + stats + [norm]:
-            graph.erase_node(node)  # consumers before producers
-        if not s.users:
-            graph.erase_node(s)
-        count += 1
+        if norm.op == "call_function" and norm.target in norms:
+            count += _fuse_forward(graph, norm, ops, writers)
+        elif norm.op == "call_function" and norm.target in evals:
+            count += _fuse_eval(graph, norm, ops, writers)
     if count:
         graph.lint()
     return count
+
+
+def _fuse_forward(graph, norm, ops, writers):
+    """fuse_graph's rewrite of one forward node into fused_forward: 1 if done, else 0."""
+    users = list(norm.users)
+    if not all(u.op == "call_function" and u.target is operator.getitem for u in users):
+        return 0
+    ys = [u for u in users if u.args[1] == 0]
+    stats = [u for u in users if u.args[1] == 1]
+    eps = _float_source(_arg(norm, 3, "eps"))
+    if len(ys) != 1 or len(ys) + len(stats) != len(users) or len(ys[0].users) != 1 or eps is None:
+        return 0
+    y = ys[0]
+    x, w, b = (_arg(norm, i, k) for i, k in enumerate(("x", "weight", "bias")))
+    match = _epilogue_after(norm, y, stats, (x, w, b), writers)
+    if match is None:
+        return 0
+    act, name, slope, add, r, anchor = match
+    code = ACTIVATIONS.index(name) if act is not None else 0
+    last = add if add is not None else act
+    want_stats = _arg(norm, 4, "stats", True)
+    with graph.inserting_before(anchor):
+        # stats=False passes on (its default, True, is left out: graphs and older ops as before).
+        tail = () if want_stats is True else (want_stats,)
+        fused = graph.call_function(ops.fused_forward.default,
+                                    (x, w, b, r, _specialize(eps), code, _specialize(slope)) + tail)
+        z = graph.call_function(operator.getitem, (fused, 0))
+        s = graph.call_function(operator.getitem, (fused, 1))
+    fused.meta.update(norm.meta)
+    if "example_value" in norm.meta:
+        fused.meta["example_value"] = (last.meta.get("example_value"), norm.meta["example_value"][1])
+    s.meta.update(stats[0].meta if stats else {})
+    for node in stats:
+        node.replace_all_uses_with(s)
+    removed = [last] + [n for n in (act, y) if n is not None and n is not last] + stats + [norm]
+    _replace(graph, last, removed, z, last.meta)
+    if not s.users:
+        graph.erase_node(s)
+    return 1
+
+
+def _fuse_eval(graph, norm, ops, writers):
+    """fuse_graph's rewrite of one eval_forward node with no epilogue yet (residual None, act 0) into
+    one that has the activation and/or the add after it: 1 if done, else 0. The running statistics
+    are inputs like x: nothing in between may write them (eval mode updates none)."""
+    names = ("x", "running_mean", "running_var", "weight", "bias", "eps", "residual", "act", "slope")
+    x, mean, var, w, b, eps, r0, act0, slope0 = (_arg(norm, i, k) for i, k in enumerate(names))
+    eps = _float_source(eps)
+    if eps is None or r0 is not None or act0 not in (None, 0) or len(norm.users) != 1:
+        return 0
+    match = _epilogue_after(norm, norm, [], (x, mean, var, w, b), writers)
+    if match is None:
+        return 0
+    act, name, slope, add, r, anchor = match
+    code = ACTIVATIONS.index(name) if act is not None else 0
+    last = add if add is not None else act
+    with graph.inserting_before(anchor):
+        z = graph.call_function(ops.eval_forward.default,
+                                (x, mean, var, w, b, _specialize(eps), r, code, _specialize(slope)))
+    meta = dict(norm.meta)
+    if "example_value" in last.meta:
+        meta["example_value"] = last.meta["example_value"]
+    removed = [last] + [n for n in (act,) if n is not None and n is not last] + [norm]
+    _replace(graph, last, removed, z, meta)
+    return 1
 
 
 def _as_list(value):  # a pre_grad_custom_pass value: None, a callable, or (2.14) a list of them

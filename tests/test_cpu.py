@@ -145,35 +145,77 @@ def test_extension_compiles_and_links():
 
 # --------------------------------------------------------------------------- CPU path
 
+def float64_shadow(module, num_features, **kwargs):
+    """nn.InstanceNorm2d in float64 with `module`'s arguments and state: the reference that outputs and
+    running statistics are held to (eager float32 is not exact enough to be it)."""
+    shadow = nn.InstanceNorm2d(num_features, **dict(kwargs, dtype=torch.float64))
+    shadow.load_state_dict({k: v.double() if v.is_floating_point() else v for k, v in module.state_dict().items()})
+    return shadow
+
+
+# Ours against the float64 shadow (the CPU path computes in float64 and rounds once per step):
+# (relative, absolute as a fraction of max(1, max|ref|)).
+CPU_TOL = {torch.float32: (1e-6, 1e-6), torch.float64: (1e-12, 1e-12)}
+
+
+def assert_like_eager(got, expected, ref, dtype, what):
+    """`got` (ours) is within CPU_TOL of the float64 `ref`, and `expected` (eager) within CPU_TOL plus
+    twice eager's own error of ours, element by element. Eager's float32 is off by more than
+    assert_close's default on ill-conditioned instances: case (4, 5, 2, 1), H*W = 2, inputs offset by
+    up to 5 standard deviations, eps 1e-3 (CI seed 5710984537826788899) failed the old direct
+    comparison while ours was the float64 result rounded."""
+    assert got.shape == expected.shape == ref.shape and got.dtype == expected.dtype == dtype, what
+    rel, abs_ = CPU_TOL[dtype]
+    ref = ref.double()
+    scale = max(1.0, ref.abs().max().item()) if ref.numel() else 1.0
+    torch.testing.assert_close(got.double(), ref, rtol=rel, atol=abs_ * scale, msg=f"{what}: against float64")
+    allowed = rel * ref.abs() + abs_ * scale + 2 * (expected.double() - ref).abs()
+    excess = ((got.double() - expected.double()).abs() - allowed).max().item() if ref.numel() else 0.0
+    assert excess <= 0, f"{what}: differs from eager by {excess:.3g} more than eager's own error allows"
+
+
+def assert_state_like_eager(ours, eager, shadow, dtype, what):
+    """State dicts: same keys; counters equal; buffers as assert_like_eager has outputs."""
+    ours_state, eager_state, ref_state = ours.state_dict(), eager.state_dict(), shadow.state_dict()
+    assert list(ours_state) == list(eager_state) == list(ref_state), what
+    for key, got in ours_state.items():
+        if got.is_floating_point():
+            assert_like_eager(got, eager_state[key], ref_state[key], dtype, f"{what}: {key}")
+        else:
+            assert torch.equal(got, eager_state[key]) and torch.equal(got, ref_state[key]), f"{what}: {key}"
+
+
 @pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
 @pytest.mark.parametrize("track", [False, True], ids=["no_stats", "running_stats"])
 def test_cpu_matches_eager(inorm, rng, affine, track):
+    """Outputs and running statistics of the CPU path against a float64 nn.InstanceNorm2d, and against
+    eager in the same dtype within eager's own error (assert_like_eager)."""
     for case in range(6):
         n, c = rng.randint(1, 4), rng.randint(1, 6)
         h, w = rng.randint(2, 24), rng.randint(1, 24)
         dtype = rng.choice([torch.float32, torch.float64])
         kwargs = dict(
             eps=rng.choice([1e-5, 1e-3]), momentum=rng.choice([0.1, 0.3, None]),
-            affine=affine, track_running_stats=track, dtype=dtype,
+            affine=affine, track_running_stats=track,
         )
-        what = f"case {case}: shape={(n, c, h, w)} {kwargs}"
-        ours, eager = make_pair(inorm, c, rng, **kwargs)
+        what = f"case {case}: shape={(n, c, h, w)} {kwargs} {dtype}"
+        ours, eager = make_pair(inorm, c, rng, dtype=dtype, **kwargs)
+        shadow = float64_shadow(ours, c, **kwargs)
+
+        def check(x, step):
+            ref = shadow(x.double())
+            assert_like_eager(ours(x), eager(x), ref, dtype, f"{what} {step}")
+            assert_state_like_eager(ours, eager, shadow, dtype, f"{what} {step}")
 
         for step in range(3):  # training: outputs and running-stat updates
-            x = random_cpu_input((n, c, h, w), dtype)
-            torch.testing.assert_close(ours(x), eager(x), msg=f"{what} train step {step}")
-            assert_same_state(ours, eager)
-
+            check(random_cpu_input((n, c, h, w), dtype), f"train step {step}")
         x3 = random_cpu_input((c, h, w), dtype)  # unbatched 3-D input
-        torch.testing.assert_close(ours(x3), eager(x3), msg=f"{what} 3-D train")
-        assert_same_state(ours, eager)
+        check(x3, "3-D train")
 
-        ours.eval()
-        eager.eval()
-        x = random_cpu_input((n, c, h, w), dtype)
-        torch.testing.assert_close(ours(x), eager(x), msg=f"{what} eval")
-        torch.testing.assert_close(ours(x3), eager(x3), msg=f"{what} 3-D eval")
-        assert_same_state(ours, eager)
+        for module in (ours, eager, shadow):
+            module.eval()
+        check(random_cpu_input((n, c, h, w), dtype), "eval")
+        check(x3, "3-D eval")
 
 
 @pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])

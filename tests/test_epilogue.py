@@ -567,6 +567,43 @@ def test_compile_fusion_pass(inorm, rng, fresh_dynamo, case):
     assert count_calls(inorm, codes, "forward") == 1 - expected, f"{case}: unfused forward calls"
 
 
+@pytest.mark.parametrize("case", list(COMPILE_CASES))
+@CUDA
+def test_compile_fusion_pass_eval(inorm, rng, fresh_dynamo, case):
+    """Eval mode with running statistics: the activation and the add go into eval_forward's epilogue
+    (one call in the post-grad graph, with a residual or a non-zero act), gradients through
+    eval_backward, against nn.InstanceNorm2d's block in eval mode."""
+    make, residual, expected = COMPILE_CASES[case]
+    ours = make(inorm.ModelNew(6, affine=True, track_running_stats=True)).cuda()
+    norm = ours[0] if isinstance(ours, nn.Sequential) else ours.norm
+    randomize(norm)
+    with torch.no_grad():
+        norm.running_mean.copy_(torch.randn(6) * 0.5)
+        norm.running_var.copy_(torch.rand(6) + 0.5)
+    eager = make(nn.InstanceNorm2d(6, affine=True, track_running_stats=True)).cuda()
+    eager.load_state_dict(ours.state_dict())
+    ours.eval()
+    eager.eval()
+    x, r, dy = compile_inputs(rng, (3, 6, 17, 23), residual, ours)
+    z = ((x.double() - norm.running_mean.double().view(-1, 1, 1)) * torch.rsqrt(norm.running_var.double().view(-1, 1, 1) + EPS)
+         * norm.weight.double().view(-1, 1, 1) + norm.bias.double().view(-1, 1, 1))
+    dy = kink_safe(dy, z, "relu")  # eval's pre-activation, not the instance-normalized one
+    op = getattr(torch.ops, inorm._NAMESPACE)
+    seen = []
+
+    def observe(graph):  # a plain callable here also keeps the FX graph cache out of the way
+        seen.extend(n.args for n in graph.nodes if n.target in (op.eval_forward.default, op.forward.default,
+                                                                op.fused_forward.default))
+
+    with torch._inductor.config.patch(post_grad_custom_post_pass=observe, fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        got = step(torch.compile(ours), x, r, dy)
+    assert_step_close(got, step(eager, x, r, dy), case)
+    assert len(seen) == 1 and len(seen[0]) >= 6, f"{case}: norm calls {seen}"
+    args = list(seen[0]) + [None, 0, 0.0][len(seen[0]) - 6:]
+    assert (args[6] is not None or args[7] != 0) == bool(expected), f"{case}: eval_forward's epilogue {args[6:]}"
+
+
 @pytest.mark.parametrize("options", [dict(fullgraph=True), dict(dynamic=True), dict(mode="reduce-overhead")],
                          ids=["fullgraph", "dynamic", "reduce-overhead"])
 @CUDA

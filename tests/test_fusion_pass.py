@@ -1,10 +1,12 @@
 """The norm + activation (+ residual) fusion (CPU only; design: benchmarks/DESIGN_fusion_pass.md).
 
 * fuse_graph on Dynamo graphs captured by a custom backend: every activation spelling, the
-  residual add in every spelling, the refusals (other users, broadcast, alpha, `r += y`, mutations
-  and stats users between the norm and the add), update_running_stats between norm and activation,
-  floats that Dynamo turns into SymFloat graph inputs under dynamic=True.  Each case runs twice:
-  - "stub": a torch.library stub of the three ops with plain-PyTorch CPU kernels, so the rewritten
+  residual add in every spelling (after forward, into fused_forward; after eval_forward, eval mode
+  with running statistics, into its own epilogue), the refusals (other users, broadcast, alpha,
+  `r += y`, mutations and stats users between the norm and the add), update_running_stats between
+  norm and activation, floats that Dynamo turns into SymFloat graph inputs under dynamic=True.
+  Each case runs twice:
+  - "stub": a torch.library stub of the four ops with plain-PyTorch CPU kernels, so the rewritten
     graph is also run and compared with the unfused function (outputs, stats, mutated buffers);
   - "extension": this file's real ops on meta tensors (their Meta kernels), counts only; skipped
     until the extension has fused_forward.
@@ -77,13 +79,23 @@ def _stub_update(stats, running_mean, running_var, batch, count, momentum, eps):
     running_var.mul_(1 - momentum).add_(var.mean(0) * momentum)
 
 
+def _stub_eval(x, running_mean, running_var, w, b, eps, residual=None, act=0, slope=0.0):
+    y = (x - running_mean.view(1, -1, 1, 1)) * (running_var.view(1, -1, 1, 1) + eps).rsqrt()
+    if w is not None:
+        y = y * w.view(1, -1, 1, 1)
+    if b is not None:
+        y = y + b.view(1, -1, 1, 1)
+    y = _act(y, ACTIVATIONS[act], slope)
+    return y if residual is None else y + residual
+
+
 def _stub_meta(x, *args):
     stats = args[-1] if args and isinstance(args[-1], bool) else True  # the ops' last argument, as the extension's
     return torch.empty_like(x), x.new_empty((2, x.shape[0] * x.shape[1]) if stats else (0,))
 
 
 def stub_ops():
-    """The three ops with the extension's schemas, CPU kernels in plain PyTorch, Meta kernels."""
+    """The four ops with the extension's schemas, CPU kernels in plain PyTorch, Meta kernels."""
     if not _STUB_LIBRARY:
         lib = torch.library.Library(STUB_NS, "DEF")
         lib.define("forward(Tensor x, Tensor? weight, Tensor? bias, float eps, bool stats=True) -> (Tensor, Tensor)")
@@ -91,8 +103,11 @@ def stub_ops():
                    "int act, float slope, bool stats=True) -> (Tensor, Tensor)")
         lib.define("update_running_stats(Tensor stats, Tensor(a!) running_mean, Tensor(b!) running_var, "
                    "int batch, int count, float momentum, float eps) -> ()")
+        lib.define("eval_forward(Tensor x, Tensor running_mean, Tensor running_var, Tensor? weight, Tensor? bias, "
+                   "float eps, Tensor? residual=None, int act=0, float slope=0.0) -> Tensor")
         for name, cpu, meta in (("forward", _stub_norm, _stub_meta), ("fused_forward", _stub_fused, _stub_meta),
-                                ("update_running_stats", _stub_update, lambda *a: None)):
+                                ("update_running_stats", _stub_update, lambda *a: None),
+                                ("eval_forward", _stub_eval, lambda x, *a: torch.empty_like(x))):
             lib.impl(name, cpu, "CPU")
             lib.impl(name, meta, "Meta")
         _STUB_LIBRARY.append(lib)
@@ -140,6 +155,9 @@ class Capture:
 
     def unfused(self):
         return self.nodes((self.ops.forward, self.ops.forward.default))
+
+    def evals(self):
+        return self.nodes((self.ops.eval_forward, self.ops.eval_forward.default))
 
 
 def inputs(env, n=2, c=3, h=5, w=4, count=2):
@@ -205,24 +223,52 @@ def fused_args(node):
                                  stats=stats[0] if stats else True)
 
 
+def eval_args(node):
+    """eval_forward's arguments by name, its defaults filled in."""
+    x, mean, var, w, b, eps, *rest = node.args
+    r, act, slope = (list(rest) + [None, 0, 0.0][len(rest):])[:3]
+    return types.SimpleNamespace(x=x, mean=mean, var=var, w=w, b=b, eps=eps, r=r, act=ACTIVATIONS[act], slope=slope)
+
+
+def eval_inputs(env, c=3):
+    """x, r, running_mean, running_var, weight, bias."""
+    x, r = inputs(env, c=c)
+    mean, w, b = (torch.randn(c, device=env.device, dtype=x.dtype) for _ in range(3))
+    var = torch.rand(c, device=env.device, dtype=x.dtype) + 0.5
+    return [x, r, mean, var, w, b]
+
+
+def the_norm(cap, mode):
+    """The one norm node a capture holds (fused_forward in train mode, eval_forward in eval), its
+    arguments by name."""
+    if mode == "train":
+        assert not cap.unfused()
+        (node,) = cap.fused()
+        return fused_args(node)
+    (node,) = cap.evals()
+    return eval_args(node)
+
+
+MODES = ["train", "eval"]  # forward -> fused_forward; eval_forward (running statistics) -> eval_forward
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("form", sorted(ACTIVATION_FORMS))
-def test_activation_forms(fusion, env, form):
+def test_activation_forms(fusion, env, form, mode):
     act, name, slope = ACTIVATION_FORMS[form]
     ops = env.ops
-    c = 3
 
-    def fn(x, w, b):
+    def fn(x, r, mean, var, w, b):
+        if mode == "eval":
+            return act(ops.eval_forward(x, mean, var, w, b, 1e-5))
         y, stats = ops.forward(x, w, b, 1e-5)
         return act(y), stats
 
-    x = inputs(env, c=c, count=1)[0]
-    w, b = (torch.randn(c, device=env.device, dtype=x.dtype) for _ in range(2))
-    cap = run(fusion, env, fn, [x, w, b])
-    (node,) = cap.fused()
-    got = fused_args(node)
+    cap = run(fusion, env, fn, eval_inputs(env))
+    got = the_norm(cap, mode)
     assert (got.act, got.r, got.eps) == (name, None, 1e-5)
     assert got.slope == pytest.approx(slope)
-    assert not cap.unfused()
+    assert cap.rewrites == 1
 
 
 def test_stats_flag_carried(fusion, env):
@@ -304,21 +350,21 @@ RESIDUAL_FORMS = {
 }
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("with_act", [True, False], ids=["relu", "identity"])
 @pytest.mark.parametrize("form", sorted(RESIDUAL_FORMS))
-def test_residual_forms(fusion, env, form, with_act):
+def test_residual_forms(fusion, env, form, with_act, mode):
     ops, add = env.ops, RESIDUAL_FORMS[form]
 
-    def fn(x, r):
-        y = ops.forward(x, None, None, 1e-5)[0]
+    def fn(x, r, mean, var, w, b):
+        y = ops.forward(x, None, None, 1e-5)[0] if mode == "train" else ops.eval_forward(x, mean, var, w, b, 1e-5)
         return add(F.relu(y) if with_act else y, r)
 
-    cap = run(fusion, env, fn, inputs(env))
-    (node,) = cap.fused()
-    got = fused_args(node)
+    cap = run(fusion, env, fn, eval_inputs(env))
+    got = the_norm(cap, mode)
     assert got.act == ("relu" if with_act else "identity")
     assert got.r is not None and got.r.op == "placeholder"
-    assert not add_nodes(cap) and not cap.unfused()
+    assert not add_nodes(cap)
 
 
 RESIDUAL_REFUSALS = {
@@ -533,6 +579,77 @@ def test_dynamic_slope_and_eps_are_specialized(fusion, env):
     assert len(cap.graphs) == 3
 
 
+# =========================================================================== eval mode (running statistics)
+
+def test_eval_refusals(fusion, env):
+    """Left alone: the intermediate read twice, an eval_forward that already has an epilogue, and the
+    add when r is written in place (the activation still fuses) or a running statistic is written
+    between the norm and the add (likewise)."""
+    ops = env.ops
+
+    def two_users(x, r, mean, var, w, b):
+        y = ops.eval_forward(x, mean, var, w, b, 1e-5)
+        return F.relu(y), y
+
+    def already_fused(x, r, mean, var, w, b):
+        return F.silu(ops.eval_forward(x, mean, var, w, b, 1e-5, None, ACTIVATIONS.index("relu"), 0.0))
+
+    def r_written(x, r, mean, var, w, b):
+        return iadd_into_r(F.relu(ops.eval_forward(x, mean, var, w, b, 1e-5)), r)
+
+    def stats_written(x, r, mean, var, w, b):
+        z = F.relu(ops.eval_forward(x, mean, var, w, b, 1e-5))
+        mean.add_(1.0)
+        return z + r
+
+    for fn, act, add in ((two_users, "identity", 0), (already_fused, "relu", 0), (r_written, "relu", 1),
+                         (stats_written, "relu", 2)):  # stats_written's adds: mean.add_ and z + r
+        cap = run(fusion, env, fn, eval_inputs(env))
+        (node,) = cap.evals()
+        assert (eval_args(node).act, eval_args(node).r, len(add_nodes(cap))) == (act, None, add), fn.__name__
+        assert cap.rewrites == (fn in (r_written, stats_written)), fn.__name__
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_module_graph_fuses(fusion, env, training):
+    """ModelNew's own graph (its _run_kernels traced on meta tensors with the extension's ops): relu
+    and + r fuse in training (into fused_forward, update_running_stats in between) and in eval mode
+    with running statistics (into eval_forward)."""
+    if env.device != "meta":
+        pytest.skip("the module calls this file's ops: extension only")
+    module = fusion.ModelNew(3, affine=True, track_running_stats=True, device="meta", dtype=torch.float64)
+    module.train(training)
+
+    def fn(x, r):
+        return F.relu(module._run_kernels(x, None, x.shape[2:].numel())) + r
+
+    cap = run(fusion, env, fn, inputs(env))
+    assert cap.rewrites == 1 and not add_nodes(cap) and not cap.unfused()
+    if training:
+        (node,) = cap.fused()
+        assert (fused_args(node).act, fused_args(node).r.op) == ("relu", "placeholder")
+    else:
+        (node,) = cap.evals()
+        assert (eval_args(node).act, eval_args(node).r.op) == ("relu", "placeholder")
+
+
+def test_eval_residual_made_after_norm(fusion, env):
+    """r computed after the norm: the rewritten eval_forward moves to right after r, which is
+    still before any reader of the result."""
+    ops = env.ops
+
+    def fn(x, r, mean, var, w, b):
+        y = ops.eval_forward(x, mean, var, w, b, 1e-5)
+        r2 = r * 2
+        return F.leaky_relu(y, 0.1) + r2
+
+    cap = run(fusion, env, fn, eval_inputs(env))
+    (node,) = cap.evals()
+    got = eval_args(node)
+    assert (got.act, got.slope) == ("leaky_relu", 0.1) and got.r is not None and got.r.op != "placeholder"
+    assert not add_nodes(cap)
+
+
 # =========================================================================== FusionPass, switch, install
 
 class UserPass:
@@ -665,6 +782,37 @@ def test_inductor_end_to_end(fusion, restore_switch):
         torch.testing.assert_close(out, fn(x, r))
         assert seen == [[f"{STUB_NS}.{expected}"]]
     assert user.saw_unfused == [True, True]
+
+
+def test_inductor_end_to_end_eval(fusion, restore_switch):
+    """The same for eval_forward: the post-grad graph's one eval_forward carries the activation and
+    the residual; switched off, it carries neither."""
+    from torch._inductor import config
+
+    ops = stub_ops()
+    seen = []
+
+    def observe(graph):
+        seen.extend(tuple(n.args[6:]) for n in graph.nodes if n.target is ops.eval_forward.default)
+
+    def fn(x, r, mean, var):
+        return F.leaky_relu(ops.eval_forward(x, mean, var, None, None, 1e-5), 0.2) + r
+
+    x, r = (torch.randn(2, 3, 6, 5) for _ in range(2))
+    mean, var = torch.randn(3), torch.rand(3) + 0.5
+    for enabled in (True, False):
+        fusion.set_compile_fusion(enabled)
+        torch._dynamo.reset()
+        seen.clear()
+        with config.patch(pre_grad_custom_pass=None, post_grad_custom_post_pass=observe, fx_graph_cache=False), \
+                torch._functorch.config.patch(enable_autograd_cache=False):
+            fusion.install_fusion_pass().namespace = STUB_NS
+            out = torch.compile(fn)(x, r, mean, var)
+        torch.testing.assert_close(out, fn(x, r, mean, var))
+        assert len(seen) == 1, seen
+        residual, act, slope = (list(seen[0]) + [None, 0, 0.0][len(seen[0]):])[:3]
+        assert (residual is not None, act, slope) == ((True, ACTIVATIONS.index("leaky_relu"), 0.2) if enabled
+                                                      else (False, 0, 0.0)), seen
 
 
 # =========================================================================== fuse_activations
