@@ -4660,7 +4660,10 @@ def _specialize(value):
 
 def _residual(node, y):
     """The other operand r when `node` is y + r (any spelling) with r of y's dtype, device and exact
-    shape (no broadcasting), no alpha, no out=; `r += y` is refused, it must keep writing r."""
+    shape (no broadcasting), no alpha, no out=; `r += y` is refused, it must keep writing r. The sum
+    must also have y's strides: the fused op's output takes x's layout, as y does, while eager's add
+    of a channels-last y and a contiguous r is contiguous when r comes first (a later `.view()` of
+    the fused result then failed to compile; found by review, tenth session)."""
     if node.op == "call_function" and node.target in _ADD_FUNCTIONS:
         a, b, inplace = _arg(node, 0, "input"), _arg(node, 1, "other"), node.target is operator.iadd
     elif node.op == "call_method" and node.target in ("add", "add_"):
@@ -4681,7 +4684,11 @@ def _residual(node, y):
         return None
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-    return r if all(statically_known_true(p == q) for p, q in zip(vy.shape, vr.shape)) else None
+    vsum = node.meta.get("example_value")
+    if not isinstance(vsum, torch.Tensor) or vsum.dim() != vy.dim():
+        return None
+    pairs = list(zip(vy.shape, vr.shape)) + list(zip(vsum.stride(), vy.stride()))
+    return r if all(statically_known_true(p == q) for p, q in pairs) else None
 
 
 def _may_mutate(node):

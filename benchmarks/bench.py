@@ -28,8 +28,9 @@ speedup = the best peer's time / ours; TB/s = bytes moved (forward 2x, backward 
 time. Output in --out (default benchmarks/results/): check, forward, backward, host .json (device,
 torch, date, rows) and .md (the tables, also printed last); bandwidth.png if matplotlib is there.
 
---fused, alone (issue 10; shapes: the sweep, --quick: shapes.FUSED_QUICK), do_bench median only,
-every ratio against floors timed in the same run: copy = out.copy_(x), add = torch.add(x, dy, out=dx).
+--fused, alone (issue 10; shapes: the sweep, --quick: shapes.FUSED_QUICK), do_bench median (and
+CUDA-graph replay for a second table of the compiled blocks: device time without the wrapper's host
+time), every ratio against floors timed in the same run: copy = out.copy_(x), add = torch.add(x, dy, out=dx).
 a. Compiled block torch.compile(Sequential(norm, nn.LeakyReLU(0.01))), dynamic=False, forward
    without grad, norm = nn.InstanceNorm2d(C), ModelNew(C) with the compile fusion pass on, and off
    (set_compile_fusion(False); column dropped where instance_norm has no such function); each
@@ -474,11 +475,15 @@ def fused_case(dtype, shape, args, rng):
                 log(f"    {name}: {error_text(rel, worst, errors[name])}")
 
     with torch.no_grad():
-        times = time_all(fused_makers(x, dy, fused_calls), args.quick, ("do_bench",), inspect)["do_bench"]
-    times = {name: times.get(name) for name in FUSED}
+        timed_all = time_all(fused_makers(x, dy, fused_calls), args.quick, ("do_bench", "graph"), inspect)
+    times = {name: timed_all["do_bench"].get(name) for name in FUSED}
+    graph = {name: timed_all["graph"].get(name) for name in FUSED}
+    ratios = fused_ratios(times)
+    ratios["graph compile_ours/compile_nn"] = (graph["compile_ours"] / graph["compile_nn"]
+                                               if graph["compile_ours"] and graph["compile_nn"] else None)
     row = {"dtype": dtype, "shape": list(shape), "bytes": x.numel() * x.element_size(), "do_bench": times,
-           "fused_calls": fused_calls, "errors": errors, "ok": all(e["ok"] for e in errors.values()),
-           "ratios": fused_ratios(times)}
+           "graph": graph, "fused_calls": fused_calls, "errors": errors,
+           "ok": all(e["ok"] for e in errors.values()), "ratios": ratios}
     log("  fused    " + "  ".join(f"{p} {fmt(times[p])}" for p in FUSED)
         + f"  fused calls {fused_calls}" + ("" if row["ok"] else "  CHECK FAILED"))
     x = dy = None  # freed before the next case (inspect holds them only until here)
@@ -523,7 +528,21 @@ def fused_tables(rows):
              "add = torch.add(x, dy, out=dx) (reads x and dy, writes dx). Targets (issue 10): at "
              f"{main_shape} in float32 fwd/copy <= {TARGETS['fused_fwd']}x, train/(copy+add) <= "
              f"{TARGETS['fused_train']}x.\n\n" + md_table(head, body, 2))
-    return [targets_text(rows), block, eager, fused_check_table(rows)]
+    return [targets_text(rows), block, graph_block_table(rows), eager, fused_check_table(rows)]
+
+
+def graph_block_table(rows):
+    """The compiled blocks in CUDA-graph replay: device time alone, where do_bench of a small block
+    waits on the compiled wrapper's host time (README, issue 10: 57-66 us per call against a few us of
+    kernels at (64,256,7,7))."""
+    head = ["dtype", "shape", "copy ms", "nn block ms", "ModelNew block ms", "ModelNew/nn"]
+    body = [[r["dtype"], shape_str(r["shape"])]
+            + [fmt(r.get("graph", {}).get(k)) for k in ("copy", "compile_nn", "compile_ours")]
+            + [fmt(r["ratios"].get("graph compile_ours/compile_nn"), ".2f", "x")] for r in rows]
+    return ("## Compiled block in CUDA-graph replay (device time, L2 warm)\n\n"
+            "The same blocks and copy, each call captured back to back in one CUDA graph (calls filling about "
+            "20 ms), median replay time / calls: no host time and no launch gaps, the L2 not flushed (a "
+            "small shape's bytes stay in it). '-': not capturable or not run.\n\n" + md_table(head, body, 2))
 
 
 def targets_text(rows):

@@ -159,19 +159,18 @@ CPU_TOL = {torch.float32: (1e-6, 1e-6), torch.float64: (1e-12, 1e-12)}
 
 
 def assert_like_eager(got, expected, ref, dtype, what):
-    """`got` (ours) is within CPU_TOL of the float64 `ref`, and `expected` (eager) within CPU_TOL plus
-    twice eager's own error of ours, element by element. Eager's float32 is off by more than
-    assert_close's default on ill-conditioned instances: case (4, 5, 2, 1), H*W = 2, inputs offset by
-    up to 5 standard deviations, eps 1e-3 (CI seed 5710984537826788899) failed the old direct
-    comparison while ours was the float64 result rounded."""
+    """`got` (ours) has eager's (`expected`) shape and dtype and is within CPU_TOL of the float64
+    `ref`, eager's own module in float64. Eager's values in `dtype` are no reference: its float32 is
+    off by more than assert_close's default on ill-conditioned instances, as in case (4, 5, 2, 1), H*W
+    = 2, inputs offset by up to 5 standard deviations, eps 1e-3 (CI seed 5710984537826788899), which
+    failed the old direct comparison while ours was the float64 result rounded. (A bound of ours
+    against eager that allows eager's own error follows from this one by the triangle inequality, so
+    it is not checked again.)"""
     assert got.shape == expected.shape == ref.shape and got.dtype == expected.dtype == dtype, what
     rel, abs_ = CPU_TOL[dtype]
     ref = ref.double()
     scale = max(1.0, ref.abs().max().item()) if ref.numel() else 1.0
     torch.testing.assert_close(got.double(), ref, rtol=rel, atol=abs_ * scale, msg=f"{what}: against float64")
-    allowed = rel * ref.abs() + abs_ * scale + 2 * (expected.double() - ref).abs()
-    excess = ((got.double() - expected.double()).abs() - allowed).max().item() if ref.numel() else 0.0
-    assert excess <= 0, f"{what}: differs from eager by {excess:.3g} more than eager's own error allows"
 
 
 def assert_state_like_eager(ours, eager, shadow, dtype, what):
@@ -188,8 +187,8 @@ def assert_state_like_eager(ours, eager, shadow, dtype, what):
 @pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
 @pytest.mark.parametrize("track", [False, True], ids=["no_stats", "running_stats"])
 def test_cpu_matches_eager(inorm, rng, affine, track):
-    """Outputs and running statistics of the CPU path against a float64 nn.InstanceNorm2d, and against
-    eager in the same dtype within eager's own error (assert_like_eager)."""
+    """Outputs and running statistics of the CPU path against nn.InstanceNorm2d in float64 (and eager's
+    shapes and dtypes in the module's dtype; assert_like_eager)."""
     for case in range(6):
         n, c = rng.randint(1, 4), rng.randint(1, 6)
         h, w = rng.randint(2, 24), rng.randint(1, 24)

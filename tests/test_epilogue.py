@@ -592,15 +592,15 @@ def test_compile_fusion_pass_eval(inorm, rng, fresh_dynamo, case):
     seen = []
 
     def observe(graph):  # a plain callable here also keeps the FX graph cache out of the way
-        seen.extend(n.args for n in graph.nodes if n.target in (op.eval_forward.default, op.forward.default,
-                                                                op.fused_forward.default))
+        seen.extend((n.target, n.args) for n in graph.nodes
+                    if n.target in (op.eval_forward.default, op.forward.default, op.fused_forward.default))
 
     with torch._inductor.config.patch(post_grad_custom_post_pass=observe, fx_graph_cache=False), \
             torch._functorch.config.patch(enable_autograd_cache=False):
         got = step(torch.compile(ours), x, r, dy)
     assert_step_close(got, step(eager, x, r, dy), case)
-    assert len(seen) == 1 and len(seen[0]) >= 6, f"{case}: norm calls {seen}"
-    args = list(seen[0]) + [None, 0, 0.0][len(seen[0]) - 6:]
+    assert len(seen) == 1 and seen[0][0] == op.eval_forward.default and len(seen[0][1]) >= 6, f"{case}: {seen}"
+    args = list(seen[0][1]) + [None, 0, 0.0][len(seen[0][1]) - 6:]
     assert (args[6] is not None or args[7] != 0) == bool(expected), f"{case}: eval_forward's epilogue {args[6:]}"
 
 

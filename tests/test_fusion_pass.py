@@ -169,12 +169,12 @@ def clone(args):
 
 
 def run(fusion, env, fn, args, dynamic=False):
-    """Compile fn with the capturing backend, run it; with the stub, compare everything fn returns
-    and every tensor argument (mutations) with the uncompiled fn."""
+    """Compile fn with the capturing backend, run it (cap.out: what it returned); with the stub,
+    compare everything fn returns and every tensor argument (mutations) with the uncompiled fn."""
     torch._dynamo.reset()
     cap = Capture(fusion, env.ops)
     eager_args, compiled_args = clone(args), clone(args)
-    out = torch.compile(fn, backend=cap, dynamic=dynamic, fullgraph=True)(*compiled_args)
+    out = cap.out = torch.compile(fn, backend=cap, dynamic=dynamic, fullgraph=True)(*compiled_args)
     if env.numerics:
         ref = fn(*eager_args)
         torch.testing.assert_close(out, ref)
@@ -365,6 +365,34 @@ def test_residual_forms(fusion, env, form, with_act, mode):
     assert got.act == ("relu" if with_act else "identity")
     assert got.r is not None and got.r.op == "placeholder"
     assert not add_nodes(cap)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("order", ["r + y", "y + r"])
+def test_residual_keeps_the_layout(fusion, env, order, mode):
+    """x channels-last, r contiguous: eager's sum takes the first operand's layout where they differ,
+    the fused op always x's (as y does). So the add fuses only where the sum has y's strides (the
+    activation fuses either way), and the compiled result has eager's strides: `r + relu(y)` is
+    contiguous, and a later `.view(n, -1)` of it compiled (the fused op's channels-last output failed)."""
+    ops = env.ops
+
+    def norm(x, mean, var, w, b):
+        return ops.forward(x, w, b, 1e-5)[0] if mode == "train" else ops.eval_forward(x, mean, var, w, b, 1e-5)
+
+    def fn(x, r, mean, var, w, b):
+        z = F.relu(norm(x, mean, var, w, b))
+        return r + z if order == "r + y" else z + r
+
+    args = eval_inputs(env, c=8)
+    args[0] = args[0].contiguous(memory_format=torch.channels_last)
+    x, r, mean, var, w, b = clone(args)
+    y, out = norm(x, mean, var, w, b), fn(x, r, mean, var, w, b)
+    cap = run(fusion, env, fn, args)
+    got = the_norm(cap, mode)
+    assert (got.act, got.r is not None) == ("relu", out.stride() == y.stride())
+    assert cap.out.stride() == out.stride()
+    if env.numerics:  # the stub's norm keeps x's layout at any shape: both cases happen
+        assert (got.r is not None) == (order == "y + r")
 
 
 RESIDUAL_REFUSALS = {
@@ -582,9 +610,10 @@ def test_dynamic_slope_and_eps_are_specialized(fusion, env):
 # =========================================================================== eval mode (running statistics)
 
 def test_eval_refusals(fusion, env):
-    """Left alone: the intermediate read twice, an eval_forward that already has an epilogue, and the
-    add when r is written in place (the activation still fuses) or a running statistic is written
-    between the norm and the add (likewise)."""
+    """Left alone: the intermediate read twice, an eval_forward that already has an epilogue (an
+    activation, or a residual), and the add when r is written in place (the activation still fuses) or
+    a running statistic is written between the norm and the add (by a tensor method or by
+    update_running_stats; likewise)."""
     ops = env.ops
 
     def two_users(x, r, mean, var, w, b):
@@ -602,12 +631,25 @@ def test_eval_refusals(fusion, env):
         mean.add_(1.0)
         return z + r
 
-    for fn, act, add in ((two_users, "identity", 0), (already_fused, "relu", 0), (r_written, "relu", 1),
-                         (stats_written, "relu", 2)):  # stats_written's adds: mean.add_ and z + r
+    def has_residual(x, r, mean, var, w, b):
+        return F.relu(ops.eval_forward(x, mean, var, w, b, 1e-5, r)) + r
+
+    def stats_updated(x, r, mean, var, w, b):  # a writer of the op's own running statistics in between
+        z = F.relu(ops.eval_forward(x, mean, var, w, b, 1e-5))
+        y, stats = ops.forward(r, None, None, 1e-5)
+        ops.update_running_stats(stats, mean, var, r.size(0), r.size(2) * r.size(3), 0.1, 1e-5)
+        return z + r, y
+
+    cases = ((two_users, "identity", 0), (already_fused, "relu", 0), (r_written, "relu", 1),
+             (stats_written, "relu", 2),  # stats_written's adds: mean.add_ and z + r
+             (has_residual, "identity", 1), (stats_updated, "relu", 1))
+    for fn, act, add in cases:
         cap = run(fusion, env, fn, eval_inputs(env))
         (node,) = cap.evals()
-        assert (eval_args(node).act, eval_args(node).r, len(add_nodes(cap))) == (act, None, add), fn.__name__
-        assert cap.rewrites == (fn in (r_written, stats_written)), fn.__name__
+        r = eval_args(node).r
+        assert (eval_args(node).act, r is None or fn is has_residual, len(add_nodes(cap))) == (act, True, add), \
+            fn.__name__
+        assert cap.rewrites == (fn in (r_written, stats_written, stats_updated)), fn.__name__
 
 
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
