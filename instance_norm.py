@@ -4760,10 +4760,11 @@ def _residual_anchor(norm, add, act, r, stats, inputs, writers):
 
 
 def _epilogue_after(norm, y, stats, inputs, writers):
-    """What fuses after the norm `norm` whose output is `y` (its only user follows): (act, name, slope,
-    add, r, anchor) with act / add the nodes to remove (either may be None, not both) and anchor the
-    node the fused op goes before; None when nothing fuses. `stats` are the norm's statistics
-    outputs (none for eval_forward), `inputs` the tensors the fused op reads."""
+    """What fuses after the norm `norm` whose output is `y` (its only user follows): (act, code, slope,
+    last, r, anchor) with act the activation node or None, code its ACTIVATIONS index (0: none), last
+    the node whose users the fused op takes over (the add, else the activation), r the residual or
+    None, and anchor the node the fused op goes before; None when nothing fuses. `stats` are the
+    norm's statistics outputs (none for eval_forward), `inputs` the tensors the fused op reads."""
     first = next(iter(y.users))  # the intermediate's only user: no one else reads it
     name, slope = _activation(first, y) or (None, None)
     act = first if name is not None else None
@@ -4777,11 +4778,10 @@ def _epilogue_after(norm, y, stats, inputs, writers):
         anchor = _residual_anchor(norm, add, act, r, stats, inputs + (r,), writers)
         if anchor is None:
             r, anchor = None, norm  # keep the activation fusion, leave the add as it is
-    if r is None:
-        add = None
-        if act is None:
-            return None
-    return act, name, slope, add, r, anchor
+    if r is None and act is None:
+        return None
+    code = ACTIVATIONS.index(name) if act is not None else 0
+    return act, code, slope, add if r is not None else act, r, anchor
 
 
 def _replace(graph, last, removed, new, meta):
@@ -4833,9 +4833,7 @@ def _fuse_forward(graph, norm, ops, writers):
     match = _epilogue_after(norm, y, stats, (x, w, b), writers)
     if match is None:
         return 0
-    act, name, slope, add, r, anchor = match
-    code = ACTIVATIONS.index(name) if act is not None else 0
-    last = add if add is not None else act
+    act, code, slope, last, r, anchor = match
     want_stats = _arg(norm, 4, "stats", True)
     with graph.inserting_before(anchor):
         # stats=False passes on (its default, True, is left out: graphs and older ops as before).
@@ -4861,17 +4859,15 @@ def _fuse_eval(graph, norm, ops, writers):
     """fuse_graph's rewrite of one eval_forward node with no epilogue yet (residual None, act 0) into
     one that has the activation and/or the add after it: 1 if done, else 0. The running statistics
     are inputs like x: nothing in between may write them (eval mode updates none)."""
-    names = ("x", "running_mean", "running_var", "weight", "bias", "eps", "residual", "act", "slope")
-    x, mean, var, w, b, eps, r0, act0, slope0 = (_arg(norm, i, k) for i, k in enumerate(names))
+    names = ("x", "running_mean", "running_var", "weight", "bias", "eps", "residual", "act")
+    x, mean, var, w, b, eps, r0, act0 = (_arg(norm, i, k) for i, k in enumerate(names))
     eps = _float_source(eps)
     if eps is None or r0 is not None or act0 not in (None, 0) or len(norm.users) != 1:
         return 0
     match = _epilogue_after(norm, norm, [], (x, mean, var, w, b), writers)
     if match is None:
         return 0
-    act, name, slope, add, r, anchor = match
-    code = ACTIVATIONS.index(name) if act is not None else 0
-    last = add if add is not None else act
+    act, code, slope, last, r, anchor = match
     with graph.inserting_before(anchor):
         z = graph.call_function(ops.eval_forward.default,
                                 (x, mean, var, w, b, _specialize(eps), r, code, _specialize(slope)))

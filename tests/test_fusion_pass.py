@@ -230,7 +230,7 @@ def eval_args(node):
     return types.SimpleNamespace(x=x, mean=mean, var=var, w=w, b=b, eps=eps, r=r, act=ACTIVATIONS[act], slope=slope)
 
 
-def eval_inputs(env, c=3):
+def norm_inputs(env, c=3):
     """x, r, running_mean, running_var, weight, bias."""
     x, r = inputs(env, c=c)
     mean, w, b = (torch.randn(c, device=env.device, dtype=x.dtype) for _ in range(3))
@@ -264,7 +264,7 @@ def test_activation_forms(fusion, env, form, mode):
         y, stats = ops.forward(x, w, b, 1e-5)
         return act(y), stats
 
-    cap = run(fusion, env, fn, eval_inputs(env))
+    cap = run(fusion, env, fn, norm_inputs(env))
     got = the_norm(cap, mode)
     assert (got.act, got.r, got.eps) == (name, None, 1e-5)
     assert got.slope == pytest.approx(slope)
@@ -360,7 +360,7 @@ def test_residual_forms(fusion, env, form, with_act, mode):
         y = ops.forward(x, None, None, 1e-5)[0] if mode == "train" else ops.eval_forward(x, mean, var, w, b, 1e-5)
         return add(F.relu(y) if with_act else y, r)
 
-    cap = run(fusion, env, fn, eval_inputs(env))
+    cap = run(fusion, env, fn, norm_inputs(env))
     got = the_norm(cap, mode)
     assert got.act == ("relu" if with_act else "identity")
     assert got.r is not None and got.r.op == "placeholder"
@@ -383,7 +383,7 @@ def test_residual_keeps_the_layout(fusion, env, order, mode):
         z = F.relu(norm(x, mean, var, w, b))
         return r + z if order == "r + y" else z + r
 
-    args = eval_inputs(env, c=8)
+    args = norm_inputs(env, c=8)
     args[0] = args[0].contiguous(memory_format=torch.channels_last)
     x, r, mean, var, w, b = clone(args)
     y, out = norm(x, mean, var, w, b), fn(x, r, mean, var, w, b)
@@ -644,7 +644,7 @@ def test_eval_refusals(fusion, env):
              (stats_written, "relu", 2),  # stats_written's adds: mean.add_ and z + r
              (has_residual, "identity", 1), (stats_updated, "relu", 1))
     for fn, act, add in cases:
-        cap = run(fusion, env, fn, eval_inputs(env))
+        cap = run(fusion, env, fn, norm_inputs(env))
         (node,) = cap.evals()
         r = eval_args(node).r
         assert (eval_args(node).act, r is None or fn is has_residual, len(add_nodes(cap))) == (act, True, add), \
@@ -685,7 +685,7 @@ def test_eval_residual_made_after_norm(fusion, env):
         r2 = r * 2
         return F.leaky_relu(y, 0.1) + r2
 
-    cap = run(fusion, env, fn, eval_inputs(env))
+    cap = run(fusion, env, fn, norm_inputs(env))
     (node,) = cap.evals()
     got = eval_args(node)
     assert (got.act, got.slope) == ("leaky_relu", 0.1) and got.r is not None and got.r.op != "placeholder"
