@@ -30,7 +30,7 @@ per instance      a 1024-thread one streams with   memory: registers stay low, s
                   >= 2 instances per SM (the       overlap one's reduction with another's loads
                   backward: 512+ threads, fp32
                   (4,128,128,128) 0.0433 ->
-                  0.0390 ms)
+                  0.0390 ms; bf16 alike)
 stream (sm_90)    one to 16 CTAs' worth, bytes a   a persistent grid of clusters, each CTA owns
                   multiple of 16 (the main shape,  a slice of every instance; the bulk copy
                   512x512, is 1 MiB)               engine keeps the next instances in flight and
@@ -72,9 +72,10 @@ Every regime runs forward and backward from one kernel per family: the family is
 over an *Op* (what a sweep over an instance computes: the forward's statistics and normalization,
 the backward's sums and input gradient, each from instance or running statistics, with an
 epilogue applied to the output) and an instance-addressing policy (contiguous NCHW spans; the
-channels-last families address rows of C). Eval mode with running statistics runs the multi_cta
-family's single-read sweeps (tiny instances, H*W up to 64: the flat kernel's element map;
-channels-last: the cl_split family's).
+channels-last families address rows of C). Eval mode with running statistics runs the flat
+kernel's element map where instances hold up to 4096 elements and number at least one per SM (and
+for H*W up to 64), else the multi_cta family's single-read sweeps (channels-last: the cl_split
+family's).
 
 The ops return the statistics (mean, rstd per instance) beside the output; with ``stats=False``
 (the modules give it when no running statistics are updated) and no gradient wanted they skip
@@ -2753,7 +2754,9 @@ constexpr int64_t kStreamOverOnchipPerSm = 2;
 // fp32 K = 8) and many instances, streams them instead: fp32 (4,128,128,128) took 0.0398 ms on
 // stream(CS=2,S=3,K=4) against 0.0430 on onchip(K=8,G=512), floor 0.0298; bf16 (4,128,128,128), 256
 // threads, was best onchip (tune.py --loose, H200, 2026-11-29 ninth session, benchmarks/NOTES.md).
-// float32 only: no 16-bit shape with a 512-thread CTA was timed (bf16 (4,128,128,256) would be one).
+// 16-bit types alike (the same bytes per thread at K = 8): stream(CS=2,S=3,K=4) against onchip(K=8,G=512),
+// bf16 (4,128,128,256) 0.0412 against 0.0458 ms, (8,64,128,192) 0.0357/0.0398, (16,32,128,160)
+// 0.0332/0.0358, (4,128,136,136) 0.0317/0.0346; fp16 within 0.001 ms of bf16 (fifteenth session).
 constexpr int64_t kStreamBackwardMinThreads = 512;
 // Few instances (at most one per kHeuristicCluster SMs), each needing an onchip CTA of at least
 // kFewInstancesMinThreads threads at K = 8: most SMs would idle, so each instance is split over a
@@ -3201,8 +3204,7 @@ Plan choose_backward(DType dtype, int64_t instance_size, int64_t instances) {
   const Direction bwd = Direction::kBackward;
   const Plan plan = choose_forward(dtype, instance_size, instances);
   bool found = false;
-  if (plan.regime == Regime::kOnchip && vector_width(dtype) == 4 && plan.threads >= kStreamBackwardMinThreads &&
-      many_instances(instances)) {
+  if (plan.regime == Regime::kOnchip && plan.threads >= kStreamBackwardMinThreads && many_instances(instances)) {
     const Plan stream = choose_stream(dtype, bwd, instance_size, &found);
     if (found) return stream;
   }
@@ -3673,12 +3675,19 @@ void check_running(const at::Tensor& x, const at::Tensor& running_mean, const at
   }
 }
 
-// Eval mode's element map on NCHW input: the flat kernel for tiny instances (multi_cta gave each
-// 49-element instance of (64,256,7,7) a 512-thread CTA: 123 us per call, H200), else multi_cta's
-// single read.
-// The forward's own (cached) choice decides, so the flat rule is written once.
+// Eval mode's element map on NCHW input: the flat kernel for the instances it holds (up to
+// kFlatMaxSize elements) when there is at least one instance per SM, and for the forward's tiny ones;
+// else multi_cta's single read. multi_cta gives each instance a 512-thread CTA of up to 8 vectors a
+// thread, mostly idle on small instances; flat packs whole instances into 16 KB spans and, with the
+// coefficients known, runs no reduction. H200, do_bench, L2 flushed, eval module call, multi_cta ->
+// flat: fp32 (8,512,32,32) 42.2 -> 14.4 us (copy 12.7), (8,256,16,16) 22.7 -> 7.5, (4,64,64,64) 9.1 ->
+// 8.2; but (2,32,63,65), 64 instances of 4095, 6.7 -> 8.6 us: one CTA per instance either way, and
+// flat's 256 threads wait for the whole span before writing (benchmarks/NOTES.md, fifteenth session).
+// float64 runs multi_cta only (its kernels are not instantiated for other families).
 Plan eval_forward_plan(DType dtype, const Shape& shape) {
-  const Plan plan = choose(dtype, Direction::kForward, shape);
+  if (dtype == DType::kDouble || shape.instance_size > kFlatMaxSize) return Plan::multi_cta();
+  if (shape.batch * shape.channels >= device_info().sms) return Plan::flat();
+  const Plan plan = choose(dtype, Direction::kForward, shape);  // cached; flat for tiny instances
   return plan.regime == Regime::kFlat ? plan : Plan::multi_cta();
 }
 

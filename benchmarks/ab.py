@@ -7,7 +7,7 @@
 Both files are loaded as separate modules (their op namespaces differ by source hash, so both
 extensions live side by side); every shape times a copy of the same bytes, the old ModelNew, the new
 one and the new InstanceNormAct2d(leaky_relu), do_bench median with the L2 flushed, interleaved in
-one run. --plans also times every stream candidate plan of the new file against the same plan of the
+one run. --eval also times eval mode with running statistics. --plans also times every stream candidate plan of the new file against the same plan of the
 old. This is how the -split-compile slowdown (1.47x, benchmarks/NOTES.md) was found.
 """
 
@@ -35,6 +35,17 @@ def load(path, name):
     return module
 
 
+def randomized_eval(module):
+    """The module on the GPU in eval mode, its running statistics and affine parameters random."""
+    module = module.cuda().eval()
+    with torch.no_grad():
+        module.running_mean.normal_()
+        module.running_var.uniform_(0.5, 1.5)
+        module.weight.normal_()
+        module.bias.normal_()
+    return module
+
+
 def bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3  # us
 
@@ -46,6 +57,8 @@ def main():
     parser.add_argument("--shapes", default="main,quick")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--plans", action="store_true")
+    parser.add_argument("--eval", action="store_true",
+                        help="also time eval mode with running statistics (old, new, new + leaky_relu)")
     args = parser.parse_args()
     new, old = load(args.new, "instance_norm_new"), load(args.old, "instance_norm_old")
     for shape in parse_shapes(args.shapes):
@@ -63,6 +76,18 @@ def main():
             cells = " ".join(f"{k}={v:.1f}us" for k, v in row.items())
             print(f"{dtype} {tuple(shape)} {new.chosen_plan(x)}: {cells} new/old={row['new'] / row['old']:.3f}",
                   flush=True)
+            if args.eval:
+                row = {"copy": row["copy"]}
+                with torch.no_grad():
+                    for name, module in (("old", old), ("new", new)):
+                        norm = randomized_eval(module.ModelNew(shape[1], affine=True, track_running_stats=True))
+                        row[f"eval_{name}"] = bench(lambda: norm(x))
+                    fused = randomized_eval(new.InstanceNormAct2d(shape[1], affine=True, track_running_stats=True,
+                                                                  activation="leaky_relu"))
+                    row["eval_new_leaky"] = bench(lambda: fused(x))
+                cells = " ".join(f"{k}={v:.1f}us" for k, v in row.items())
+                print(f"    eval {dtype} {tuple(shape)}: {cells} new/old={row['eval_new'] / row['eval_old']:.3f} "
+                      f"new/copy={row['eval_new'] / row['copy']:.2f}", flush=True)
             if args.plans:
                 for plan in new.candidate_plans(x, tight=True):
                     if plan.regime == "stream":

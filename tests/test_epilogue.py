@@ -308,11 +308,15 @@ def test_eval_ops(ops, rng, act, affine, residual, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @CUDA
 def test_eval_ops_tiny_instances(ops, rng, dtype):
-    """Eval mode on tiny instances (the flat kernel's element map with running statistics): many
-    instances over several CTAs, sizes that start instances inside a 16-byte vector, every activation,
-    with and without affine parameters and a residual; poisoned output."""
-    for hw in (1, 2, 7, 49, 63, 64):
-        n, c = rng.randint(20, 90), rng.randint(1, 40)
+    """Eval mode on instances the flat kernel's element map serves with running statistics (up to
+    kFlatMaxSize = 4096 elements when there is an instance per SM; 4097 is multi_cta's, and so are
+    few instances above H*W = 64): many instances over several CTAs, sizes that start instances
+    inside a 16-byte vector, every activation, with and without affine parameters and a residual;
+    poisoned output."""
+    sizes = [(hw, rng.randint(20, 90), rng.randint(1, 40)) for hw in (1, 2, 7, 49, 63, 64)]
+    for hw in (65, 255, 1023, 1024, 4095, 4096, 4097):  # at least 144 instances (132 SMs), then few
+        sizes += [(hw, rng.randint(6, 12), rng.randint(24, 40)), (hw, rng.randint(1, 3), rng.randint(1, 8))]
+    for hw, n, c in sizes:
         shape = (n, c) + split_hw(hw, rng)
         act = rng.choice(ACTS)
         slope = rng.choice(SLOPES) if act == "leaky_relu" else 0.0

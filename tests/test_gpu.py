@@ -574,12 +574,15 @@ def test_chosen_plans(inorm):
         assert inorm.chosen_plan(few, True).regime == "cluster"
         few16 = torch.empty(1, 8, 128, 128, device="cuda", dtype=torch.bfloat16)  # K = 2 for 16-bit types
         assert inorm.chosen_plan(few16) == inorm.Plan.clustered(2, 128, 8)
-        # Many instances whose x and dy fill a 512-thread onchip CTA: the float32 backward streams them.
+        # Many instances whose x and dy fill a 512-thread onchip CTA: the backward streams them, in
+        # float32 and (the same bytes per thread) in 16-bit types.
         mid = torch.empty(4, 128, 128, 128, device="cuda")
         assert inorm.chosen_plan(mid).regime == "onchip"
         assert inorm.chosen_plan(mid, True).regime == "stream"
-        mid16 = torch.empty(4, 128, 128, 256, device="cuda", dtype=torch.bfloat16)  # 16-bit: not timed, onchip
-        assert inorm.chosen_plan(mid16, True).regime == "onchip"
+        for dtype16 in (torch.bfloat16, torch.float16):
+            mid16 = torch.empty(4, 128, 128, 256, device="cuda", dtype=dtype16)
+            assert inorm.chosen_plan(mid16).regime == "onchip"
+            assert inorm.chosen_plan(mid16, True).regime == "stream"
         assert inorm.chosen_plan(odd).regime == "onchip"
 
 
