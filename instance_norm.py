@@ -2756,7 +2756,7 @@ constexpr int64_t kStreamOverOnchipPerSm = 2;
 // threads, was best onchip (tune.py --loose, H200, 2026-11-29 ninth session, benchmarks/NOTES.md).
 // 16-bit types alike (the same bytes per thread at K = 8): stream(CS=2,S=3,K=4) against onchip(K=8,G=512),
 // bf16 (4,128,128,256) 0.0412 against 0.0458 ms, (8,64,128,192) 0.0357/0.0398, (16,32,128,160)
-// 0.0332/0.0358, (4,128,136,136) 0.0317/0.0346; fp16 within 0.001 ms of bf16 (fifteenth session).
+// 0.0332/0.0358, (4,128,136,136) 0.0317/0.0346; fp16 within 0.001 ms of bf16 (eleventh session).
 constexpr int64_t kStreamBackwardMinThreads = 512;
 // Few instances (at most one per kHeuristicCluster SMs), each needing an onchip CTA of at least
 // kFewInstancesMinThreads threads at K = 8: most SMs would idle, so each instance is split over a
@@ -3680,9 +3680,9 @@ void check_running(const at::Tensor& x, const at::Tensor& running_mean, const at
 // else multi_cta's single read. multi_cta gives each instance a 512-thread CTA of up to 8 vectors a
 // thread, mostly idle on small instances; flat packs whole instances into 16 KB spans and, with the
 // coefficients known, runs no reduction. H200, do_bench, L2 flushed, eval module call, multi_cta ->
-// flat: fp32 (8,512,32,32) 42.2 -> 14.4 us (copy 12.7), (8,256,16,16) 22.7 -> 7.5, (4,64,64,64) 9.1 ->
-// 8.2; but (2,32,63,65), 64 instances of 4095, 6.7 -> 8.6 us: one CTA per instance either way, and
-// flat's 256 threads wait for the whole span before writing (benchmarks/NOTES.md, fifteenth session).
+// flat: fp32 (8,512,32,32) 42.3 -> 14.5 us (copy 12.9), (8,256,16,16) 22.9 -> 7.3, (4,64,64,64) 8.4 ->
+// 8.3; but (2,32,63,65), 64 instances of 4095, 6.7 -> 8.6 us: one CTA per instance either way, and
+// flat's 256 threads wait for the whole span before writing (benchmarks/NOTES.md, eleventh session).
 // float64 runs multi_cta only (its kernels are not instantiated for other families).
 Plan eval_forward_plan(DType dtype, const Shape& shape) {
   if (dtype == DType::kDouble || shape.instance_size > kFlatMaxSize) return Plan::multi_cta();
