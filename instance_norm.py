@@ -4768,14 +4768,16 @@ def _residual_anchor(norm, add, act, r, stats, inputs, writers):
     return anchor
 
 
-def _epilogue_after(norm, y, stats, inputs, writers):
+def _epilogue_after(norm, y, stats, inputs, writers, residual_only=False):
     """What fuses after the norm `norm` whose output is `y` (its only user follows): (act, code, slope,
     last, r, anchor) with act the activation node or None, code its ACTIVATIONS index (0: none), last
     the node whose users the fused op takes over (the add, else the activation), r the residual or
     None, and anchor the node the fused op goes before; None when nothing fuses. `stats` are the
-    norm's statistics outputs (none for eval_forward), `inputs` the tensors the fused op reads."""
+    norm's statistics outputs (none for eval_forward), `inputs` the tensors the fused op reads.
+    residual_only: the norm already applies its activation (InstanceNormAct2d), so only an add of
+    y itself may follow (the epilogue adds the residual after the activation)."""
     first = next(iter(y.users))  # the intermediate's only user: no one else reads it
-    name, slope = _activation(first, y) or (None, None)
+    name, slope = (None, None) if residual_only else _activation(first, y) or (None, None)
     act = first if name is not None else None
     slope = _float_source(slope) if act is not None else 0.0
     if slope is None or act is not None and any(_barrier(n, writers) for n in _span(norm, act)):
@@ -4807,18 +4809,20 @@ def fuse_graph(graph, ops=None):
     followed by a supported activation and/or a residual add into ``ops.fused_forward(x, w, b, r,
     eps, act, slope, stats)``, and every ``ops.eval_forward(x, mean, var, w, b, eps)`` (eval mode with
     running statistics) followed by them into ``ops.eval_forward(x, mean, var, w, b, eps, r, act,
-    slope)``. ``ops`` defaults to this file's ops. Edits the graph in place (the caller recompiles its
+    slope)``; a fused_forward or eval_forward that already has its activation and no residual
+    (InstanceNormAct2d's call) takes an add after it as its residual. ``ops`` defaults to this file's ops. Edits the graph in place (the caller recompiles its
     GraphModule) and returns the number of rewrites. Installed under torch.compile by
     install_fusion_pass(); call it yourself from a custom backend that does not run Inductor."""
     ops = _ops if ops is None else ops
     if ops is None or not hasattr(ops, "fused_forward"):
         return 0
     norms = (ops.forward, ops.forward.default)
+    fused = (ops.fused_forward, ops.fused_forward.default)
     evals = (ops.eval_forward, ops.eval_forward.default) if hasattr(ops, "eval_forward") else ()
     writers = (ops.update_running_stats, ops.update_running_stats.default)
     count = 0
-    for norm in list(graph.nodes):
-        if norm.op == "call_function" and norm.target in norms:
+    for norm in list(graph.nodes):  # the nodes as they were: a rewrite's own op is not visited again
+        if norm.op == "call_function" and norm.target in norms + fused:
             count += _fuse_forward(graph, norm, ops, writers)
         elif norm.op == "call_function" and norm.target in evals:
             count += _fuse_eval(graph, norm, ops, writers)
@@ -4828,22 +4832,33 @@ def fuse_graph(graph, ops=None):
 
 
 def _fuse_forward(graph, norm, ops, writers):
-    """fuse_graph's rewrite of one forward node into fused_forward: 1 if done, else 0."""
+    """fuse_graph's rewrite of one forward node into fused_forward, or of one fused_forward with no
+    residual (InstanceNormAct2d's call: its activation already fused) followed by an add into one
+    with that residual: 1 if done, else 0."""
     users = list(norm.users)
     if not all(u.op == "call_function" and u.target is operator.getitem for u in users):
         return 0
     ys = [u for u in users if u.args[1] == 0]
     stats = [u for u in users if u.args[1] == 1]
-    eps = _float_source(_arg(norm, 3, "eps"))
+    x, w, b = (_arg(norm, i, k) for i, k in enumerate(("x", "weight", "bias")))
+    has_epilogue = norm.target in (ops.fused_forward, ops.fused_forward.default)
+    if has_epilogue:  # fused_forward(x, w, b, residual, eps, act, slope, stats=True)
+        eps, code, slope = _float_source(_arg(norm, 4, "eps")), _arg(norm, 5, "act"), _arg(norm, 6, "slope")
+        slope = _float_source(slope)
+        want_stats = _arg(norm, 7, "stats", True)
+        if _arg(norm, 3, "residual") is not None or not isinstance(code, int) or slope is None:
+            return 0
+    else:  # forward(x, w, b, eps, stats=True)
+        eps, want_stats = _float_source(_arg(norm, 3, "eps")), _arg(norm, 4, "stats", True)
     if len(ys) != 1 or len(ys) + len(stats) != len(users) or len(ys[0].users) != 1 or eps is None:
         return 0
     y = ys[0]
-    x, w, b = (_arg(norm, i, k) for i, k in enumerate(("x", "weight", "bias")))
-    match = _epilogue_after(norm, y, stats, (x, w, b), writers)
+    match = _epilogue_after(norm, y, stats, (x, w, b), writers, residual_only=has_epilogue)
     if match is None:
         return 0
-    act, code, slope, last, r, anchor = match
-    want_stats = _arg(norm, 4, "stats", True)
+    act, code_after, slope_after, last, r, anchor = match
+    if not has_epilogue:
+        code, slope = code_after, slope_after
     with graph.inserting_before(anchor):
         # stats=False passes on (its default, True, is left out: graphs and older ops as before).
         tail = () if want_stats is True else (want_stats,)
@@ -4865,18 +4880,25 @@ def _fuse_forward(graph, norm, ops, writers):
 
 
 def _fuse_eval(graph, norm, ops, writers):
-    """fuse_graph's rewrite of one eval_forward node with no epilogue yet (residual None, act 0) into
-    one that has the activation and/or the add after it: 1 if done, else 0. The running statistics
-    are inputs like x: nothing in between may write them (eval mode updates none)."""
-    names = ("x", "running_mean", "running_var", "weight", "bias", "eps", "residual", "act")
-    x, mean, var, w, b, eps, r0, act0 = (_arg(norm, i, k) for i, k in enumerate(names))
+    """fuse_graph's rewrite of one eval_forward node with no residual into one that has the activation
+    and/or the add after it (only the add when it already has an activation: InstanceNormAct2d's
+    call): 1 if done, else 0. The running statistics are inputs like x: nothing in between may write
+    them (eval mode updates none)."""
+    names = ("x", "running_mean", "running_var", "weight", "bias", "eps", "residual", "act", "slope")
+    x, mean, var, w, b, eps, r0, code0, slope0 = (_arg(norm, i, k) for i, k in enumerate(names))
     eps = _float_source(eps)
-    if eps is None or r0 is not None or act0 not in (None, 0) or len(norm.users) != 1:
+    has_epilogue = code0 not in (None, 0)
+    slope0 = _float_source(0.0 if slope0 is None else slope0)
+    if eps is None or r0 is not None or len(norm.users) != 1:
         return 0
-    match = _epilogue_after(norm, norm, [], (x, mean, var, w, b), writers)
+    if has_epilogue and (not isinstance(code0, int) or slope0 is None):
+        return 0
+    match = _epilogue_after(norm, norm, [], (x, mean, var, w, b), writers, residual_only=has_epilogue)
     if match is None:
         return 0
     act, code, slope, last, r, anchor = match
+    if has_epilogue:
+        code, slope = code0, slope0
     with graph.inserting_before(anchor):
         z = graph.call_function(ops.eval_forward.default,
                                 (x, mean, var, w, b, _specialize(eps), r, code, _specialize(slope)))

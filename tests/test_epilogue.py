@@ -608,6 +608,50 @@ def test_compile_fusion_pass_eval(inorm, rng, fresh_dynamo, case):
     assert (args[6] is not None or args[7] != 0) == bool(expected), f"{case}: eval_forward's epilogue {args[6:]}"
 
 
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@CUDA
+def test_compile_add_after_act_module(inorm, rng, fresh_dynamo, training):
+    """An add after InstanceNormAct2d (its activation already in the op's epilogue) fuses as the
+    residual under torch.compile: one fused op in the post-grad graph, carrying the residual and the
+    module's activation; outputs and gradients against nn.InstanceNorm2d + LeakyReLU + r, in training
+    (running statistics updated alike) and in eval mode with running statistics."""
+    act_norm = inorm.InstanceNormAct2d(6, affine=True, track_running_stats=True, activation="leaky_relu",
+                                       negative_slope=0.2)
+    ours = Block(act_norm, nn.Identity(), lambda a, y, r: y + r).cuda()
+    randomize(act_norm)
+    eager = Block(nn.InstanceNorm2d(6, affine=True, track_running_stats=True), nn.LeakyReLU(0.2),
+                  lambda a, y, r: a(y) + r).cuda()
+    eager.load_state_dict(ours.state_dict())
+    ours.train(training)
+    eager.train(training)
+    x, r, dy = compile_inputs(rng, (3, 6, 17, 23), True, ours)
+    if not training:  # eval's pre-activation, not the instance-normalized one
+        z = ((x.double() - act_norm.running_mean.double().view(-1, 1, 1))
+             * torch.rsqrt(act_norm.running_var.double().view(-1, 1, 1) + EPS)
+             * act_norm.weight.double().view(-1, 1, 1) + act_norm.bias.double().view(-1, 1, 1))
+        dy = kink_safe(dy, z, "relu")
+    op = getattr(torch.ops, inorm._NAMESPACE)
+    norms = (op.eval_forward.default, op.forward.default, op.fused_forward.default)
+    seen = []
+
+    def observe(graph):  # a plain callable here also keeps the FX graph cache out of the way
+        seen.extend((n.target, n.args) for n in graph.nodes if n.target in norms)
+
+    with torch._inductor.config.patch(post_grad_custom_post_pass=observe, fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        got = step(torch.compile(ours), x, r, dy)
+    assert_step_close(got, step(eager, x, r, dy), f"training={training}")
+    for key, value in eager.state_dict().items():
+        torch.testing.assert_close(ours.state_dict()[key], value, rtol=1e-5, atol=1e-5, msg=key)
+    assert len(seen) == 1, seen
+    target, args = seen[0]
+    leaky = inorm.ACTIVATIONS.index("leaky_relu")
+    if training:
+        assert target == op.fused_forward.default and args[3] is not None and tuple(args[5:7]) == (leaky, 0.2), args
+    else:
+        assert target == op.eval_forward.default and args[6] is not None and tuple(args[7:9]) == (leaky, 0.2), args
+
+
 @pytest.mark.parametrize("options", [dict(fullgraph=True), dict(dynamic=True), dict(mode="reduce-overhead")],
                          ids=["fullgraph", "dynamic", "reduce-overhead"])
 @CUDA

@@ -2,7 +2,8 @@
 
 * fuse_graph on Dynamo graphs captured by a custom backend: every activation spelling, the
   residual add in every spelling (after forward, into fused_forward; after eval_forward, eval mode
-  with running statistics, into its own epilogue), the refusals (other users, broadcast, alpha,
+  with running statistics, into its own epilogue; after an op that already has its activation,
+  InstanceNormAct2d's, into its residual), the refusals (other users, broadcast, alpha,
   `r += y`, mutations and stats users between the norm and the add), update_running_stats between
   norm and activation, floats that Dynamo turns into SymFloat graph inputs under dynamic=True.
   Each case runs twice:
@@ -365,6 +366,87 @@ def test_residual_forms(fusion, env, form, with_act, mode):
     assert got.act == ("relu" if with_act else "identity")
     assert got.r is not None and got.r.op == "placeholder"
     assert not add_nodes(cap)
+
+
+def act_norm(ops, mode, x, mean, var, w, b, r=None, act="leaky_relu", slope=0.2, stats=True):
+    """InstanceNormAct2d's call: the op with its activation already in the epilogue."""
+    code = ACTIVATIONS.index(act)
+    if mode == "train":
+        tail = () if stats is True else (stats,)
+        return ops.fused_forward(x, w, b, r, 1e-5, code, slope, *tail)[0]
+    return ops.eval_forward(x, mean, var, w, b, 1e-5, r, code, slope)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("form", sorted(RESIDUAL_FORMS))
+def test_residual_after_fused_activation(fusion, env, form, mode):
+    """An add after an op that already applies its activation (InstanceNormAct2d's call) fuses as its
+    residual, in every spelling; the activation and its slope stay."""
+    ops, add = env.ops, RESIDUAL_FORMS[form]
+
+    def fn(x, r, mean, var, w, b):
+        return add(act_norm(ops, mode, x, mean, var, w, b), r)
+
+    cap = run(fusion, env, fn, norm_inputs(env))
+    got = the_norm(cap, mode)
+    assert (got.act, got.eps) == ("leaky_relu", 1e-5) and got.slope == pytest.approx(0.2)
+    assert got.r is not None and got.r.op == "placeholder"
+    assert not add_nodes(cap) and cap.rewrites == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_after_fused_activation_refusals(fusion, env, mode):
+    """Left alone after an op that already has its activation: a second activation (the epilogue adds
+    the residual after the activation, and holds one activation), an add when the op already has a
+    residual, the refused add forms, the intermediate read twice. stats=False passes on."""
+    ops = env.ops
+
+    def second_act(x, r, mean, var, w, b):
+        return F.relu(act_norm(ops, mode, x, mean, var, w, b)) + r
+
+    def has_residual(x, r, mean, var, w, b):
+        return act_norm(ops, mode, x, mean, var, w, b, r=r) + r
+
+    def broadcast(x, r, mean, var, w, b):
+        return act_norm(ops, mode, x, mean, var, w, b) + r[:1, :, :1, :1]
+
+    def r_written(x, r, mean, var, w, b):
+        return iadd_into_r(act_norm(ops, mode, x, mean, var, w, b), r)
+
+    def two_users(x, r, mean, var, w, b):
+        y = act_norm(ops, mode, x, mean, var, w, b)
+        return y + r, y
+
+    for fn in (second_act, has_residual, broadcast, r_written, two_users):
+        cap = run(fusion, env, fn, norm_inputs(env))
+        assert cap.rewrites == 0 and len(add_nodes(cap)) == 1, fn.__name__
+    if mode == "train":
+        def no_stats(x, r, mean, var, w, b):
+            return act_norm(ops, mode, x, mean, var, w, b, stats=False) + r
+
+        cap = run(fusion, env, no_stats, norm_inputs(env))
+        (node,) = cap.fused()
+        assert cap.rewrites == 1 and fused_args(node).stats is False and fused_args(node).r is not None
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_act_module_graph_takes_the_add(fusion, env, training):
+    """InstanceNormAct2d's own graph (its _run_kernels traced on meta tensors with the extension's ops)
+    followed by + r: the add fuses into its op, in training (update_running_stats in between) and in
+    eval mode with running statistics."""
+    if env.device != "meta":
+        pytest.skip("the module calls this file's ops: extension only")
+    module = fusion.InstanceNormAct2d(3, affine=True, track_running_stats=True, activation="silu", device="meta",
+                                      dtype=torch.float64)
+    module.train(training)
+
+    def fn(x, r):
+        return module._run_kernels(x, None, x.shape[2:].numel()) + r
+
+    cap = run(fusion, env, fn, inputs(env))
+    assert cap.rewrites == 1 and not add_nodes(cap) and not cap.unfused()
+    got = fused_args(cap.fused()[0]) if training else eval_args(cap.evals()[0])
+    assert (got.act, got.r.op) == ("silu", "placeholder")
 
 
 @pytest.mark.parametrize("mode", MODES)
