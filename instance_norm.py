@@ -4761,7 +4761,10 @@ def _residual_anchor(norm, add, act, r, stats, inputs, writers):
         if node in stats_users and node in before:
             return None  # it would read the fused stats before they exist
         if node.target in writers:
-            if any(_arg(node, i, k) in inputs for i, k in ((1, "running_mean"), (2, "running_var"))):
+            # The buffers it writes must be whole graph inputs or attributes, none of the fused op's:
+            # a view of r (or of x, w, b) would be written before the moved op reads it (found by review).
+            buffers = [_arg(node, i, k) for i, k in ((1, "running_mean"), (2, "running_var"))]
+            if any(t in inputs or getattr(t, "op", None) not in ("placeholder", "get_attr") for t in buffers):
                 return None
         elif _may_mutate(node) or _barrier(node, writers):
             return None
@@ -4809,10 +4812,11 @@ def fuse_graph(graph, ops=None):
     followed by a supported activation and/or a residual add into ``ops.fused_forward(x, w, b, r,
     eps, act, slope, stats)``, and every ``ops.eval_forward(x, mean, var, w, b, eps)`` (eval mode with
     running statistics) followed by them into ``ops.eval_forward(x, mean, var, w, b, eps, r, act,
-    slope)``; a fused_forward or eval_forward that already has its activation and no residual
-    (InstanceNormAct2d's call) takes an add after it as its residual. ``ops`` defaults to this file's ops. Edits the graph in place (the caller recompiles its
-    GraphModule) and returns the number of rewrites. Installed under torch.compile by
-    install_fusion_pass(); call it yourself from a custom backend that does not run Inductor."""
+    slope)``; a fused_forward, or an eval_forward with an activation, that has no residual
+    (InstanceNormAct2d's call) takes an add after it as its residual. ``ops`` defaults to this
+    file's ops. Edits the graph in place (the caller recompiles its GraphModule) and returns the
+    number of rewrites. Installed under torch.compile by install_fusion_pass(); call it yourself from
+    a custom backend that does not run Inductor."""
     ops = _ops if ops is None else ops
     if ops is None or not hasattr(ops, "fused_forward"):
         return 0

@@ -250,6 +250,7 @@ def the_norm(cap, mode):
     return eval_args(node)
 
 
+LEAKY_CODE = ACTIVATIONS.index("leaky_relu")
 MODES = ["train", "eval"]  # forward -> fused_forward; eval_forward (running statistics) -> eval_forward
 
 
@@ -639,6 +640,60 @@ def test_update_running_stats_writing_the_residual(fusion):
     cap = run(fusion, env, fn, [x, buffer, torch.ones(3, dtype=x.dtype)])
     (node,) = cap.fused()
     assert fused_args(node).r is None and len(add_nodes(cap)) == 1
+
+
+@pytest.mark.parametrize("fused_act", [False, True], ids=["forward", "act_op"])
+def test_update_running_stats_writing_a_view_of_the_residual(fusion, fused_act):
+    """update_running_stats writing a view of r between the norm and the add: the add stays (the
+    moved op would read r before the write; found by review). Stub only, numerics compared."""
+    env = types.SimpleNamespace(ops=stub_ops(), device="cpu", numerics=True)
+    ops = env.ops
+
+    def fn(x, r, running_var):
+        if fused_act:
+            y, stats = ops.fused_forward(x, None, None, None, 1e-5, ACTIVATIONS.index("relu"), 0.0)
+        else:
+            y, stats = ops.forward(x, None, None, 1e-5)
+            y = F.relu(y)
+        ops.update_running_stats(stats, r[0, 0, 0, :3], running_var, x.size(0), x.size(2) * x.size(3), 0.1, 1e-5)
+        return y + r
+
+    x, r = inputs(env)
+    cap = run(fusion, env, fn, [x, r, torch.ones(3, dtype=x.dtype)])
+    assert len(add_nodes(cap)) == 1 and all(fused_args(n).r is None for n in cap.fused())
+
+
+@pytest.mark.parametrize("made_after", [False, True], ids=["r_input", "r_made_after"])
+@pytest.mark.parametrize("mode", MODES)
+def test_after_fused_activation_module_pattern(fusion, env, mode, made_after):
+    """The module's pattern with numbers (stub), keyword calls, dynamic=True with the slope a module
+    attribute (a SymFloat input): in training update_running_stats of the module's own buffers sits
+    between the act op and the add. r as an input fuses in both modes; r made after the op fuses in
+    eval (the op moves to right after r) and is refused in training (update_running_stats would read
+    the op's statistics before they exist)."""
+    ops = env.ops
+    holder = nn.LeakyReLU(0.2)  # its negative_slope, a float attribute, becomes a SymFloat input
+
+    def fn(x, r, mean, var, w, b):
+        if mode == "train":
+            # The act code a global, a constant as the module's int attribute arrives (a closure's int
+            # becomes a SymInt input under dynamic=True, which the pass leaves unfused: no guard on it).
+            y, stats = ops.fused_forward(x, weight=w, bias=b, residual=None, eps=1e-5, act=LEAKY_CODE,
+                                         slope=holder.negative_slope)
+            ops.update_running_stats(stats, mean, var, x.size(0), x.size(2) * x.size(3), 0.1, 1e-5)
+        else:
+            y = ops.eval_forward(x, mean, var, w, b, 1e-5, act=LEAKY_CODE, slope=holder.negative_slope)
+        return y + (r * 2 if made_after else r)
+
+    for slope in (0.2, 0.3):
+        holder.negative_slope = slope
+        cap = run(fusion, env, fn, norm_inputs(env), dynamic=True)
+        if made_after and mode == "train":
+            assert cap.rewrites == 0 and len(add_nodes(cap)) == 1
+            continue
+        got = the_norm(cap, mode)
+        assert (got.act, got.slope, got.r is not None) == ("leaky_relu", slope, True) and isinstance(got.slope, float)
+        assert (got.r.op == "placeholder") == (not made_after) and not add_nodes(cap) and cap.rewrites == 1
 
 
 def test_grad_mode_and_autocast_between(fusion, env):
