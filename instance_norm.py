@@ -4780,6 +4780,10 @@ def _epilogue_after(norm, y, stats, inputs, writers, residual_only=False):
     residual_only: the norm already applies its activation (InstanceNormAct2d), so only an add of
     y itself may follow (the epilogue adds the residual after the activation)."""
     first = next(iter(y.users))  # the intermediate's only user: no one else reads it
+    squeeze = None
+    if _drops_batch_dim(first) and len(first.users) == 1:  # unbatched input: the module's y.squeeze(0)
+        squeeze, y = first, first
+        first = next(iter(first.users))
     name, slope = (None, None) if residual_only else _activation(first, y) or (None, None)
     act = first if name is not None else None
     slope = _float_source(slope) if act is not None else 0.0
@@ -4795,7 +4799,32 @@ def _epilogue_after(norm, y, stats, inputs, writers, residual_only=False):
     if r is None and act is None:
         return None
     code = ACTIVATIONS.index(name) if act is not None else 0
-    return act, code, slope, add if r is not None else act, r, anchor
+    return act, code, slope, add if r is not None else act, r, anchor, squeeze
+
+
+def _drops_batch_dim(node):
+    """Is `node` y.squeeze(0) (or torch.squeeze(y, 0)): what the modules return for unbatched input?"""
+    if node.op == "call_method" and node.target == "squeeze":
+        return len(node.args) == 2 and node.args[1] == 0 and not node.kwargs
+    return node.op == "call_function" and node.target is torch.squeeze and tuple(node.args[1:]) == (0,) \
+        and not node.kwargs
+
+
+def _batched(graph, tensor):
+    """tensor.unsqueeze(0) as a new node at the insertion point (the residual of unbatched input)."""
+    node = graph.call_method("unsqueeze", (tensor, 0))
+    example = tensor.meta.get("example_value")
+    if isinstance(example, torch.Tensor):
+        node.meta["example_value"] = example.unsqueeze(0)
+    return node
+
+
+def _unbatched(graph, node, example):
+    """node.squeeze(0) as a new node at the insertion point: the fused op's output for unbatched input."""
+    out = graph.call_method("squeeze", (node, 0))
+    if example is not None:
+        out.meta["example_value"] = example
+    return out
 
 
 def _replace(graph, last, removed, new, meta):
@@ -4860,23 +4889,28 @@ def _fuse_forward(graph, norm, ops, writers):
     match = _epilogue_after(norm, y, stats, (x, w, b), writers, residual_only=has_epilogue)
     if match is None:
         return 0
-    act, code_after, slope_after, last, r, anchor = match
+    act, code_after, slope_after, last, r, anchor, squeeze = match
     if not has_epilogue:
         code, slope = code_after, slope_after
     with graph.inserting_before(anchor):
+        if squeeze is not None and r is not None:
+            r = _batched(graph, r)
         # stats=False passes on (its default, True, is left out: graphs and older ops as before).
         tail = () if want_stats is True else (want_stats,)
         fused = graph.call_function(ops.fused_forward.default,
                                     (x, w, b, r, _specialize(eps), code, _specialize(slope)) + tail)
         z = graph.call_function(operator.getitem, (fused, 0))
         s = graph.call_function(operator.getitem, (fused, 1))
+        if squeeze is not None:
+            z = _unbatched(graph, z, last.meta.get("example_value"))
     fused.meta.update(norm.meta)
-    if "example_value" in norm.meta:
-        fused.meta["example_value"] = (last.meta.get("example_value"), norm.meta["example_value"][1])
+    if "example_value" in norm.meta:  # the op's output is y's shape (batched where squeeze drops it)
+        out = (y if squeeze is not None else last).meta.get("example_value")
+        fused.meta["example_value"] = (out, norm.meta["example_value"][1])
     s.meta.update(stats[0].meta if stats else {})
     for node in stats:
         node.replace_all_uses_with(s)
-    removed = [last] + [n for n in (act, y) if n is not None and n is not last] + stats + [norm]
+    removed = [last] + [n for n in (act, squeeze, y) if n is not None and n is not last] + stats + [norm]
     _replace(graph, last, removed, z, last.meta)
     if not s.users:
         graph.erase_node(s)
@@ -4900,17 +4934,20 @@ def _fuse_eval(graph, norm, ops, writers):
     match = _epilogue_after(norm, norm, [], (x, mean, var, w, b), writers, residual_only=has_epilogue)
     if match is None:
         return 0
-    act, code, slope, last, r, anchor = match
+    act, code, slope, last, r, anchor, squeeze = match
     if has_epilogue:
         code, slope = code0, slope0
     with graph.inserting_before(anchor):
+        if squeeze is not None and r is not None:
+            r = _batched(graph, r)
         z = graph.call_function(ops.eval_forward.default,
                                 (x, mean, var, w, b, _specialize(eps), r, code, _specialize(slope)))
-    meta = dict(norm.meta)
-    if "example_value" in last.meta:
-        meta["example_value"] = last.meta["example_value"]
-    removed = [last] + [n for n in (act,) if n is not None and n is not last] + [norm]
-    _replace(graph, last, removed, z, meta)
+        out = _unbatched(graph, z, last.meta.get("example_value")) if squeeze is not None else z
+    z.meta.update(norm.meta)
+    if squeeze is None and "example_value" in last.meta:
+        z.meta["example_value"] = last.meta["example_value"]
+    removed = [last] + [n for n in (act, squeeze) if n is not None and n is not last] + [norm]
+    _replace(graph, last, removed, out, z.meta if squeeze is None else last.meta)
     return 1
 
 

@@ -652,6 +652,49 @@ def test_compile_add_after_act_module(inorm, rng, fresh_dynamo, training):
         assert target == op.eval_forward.default and args[6] is not None and tuple(args[7:9]) == (leaky, 0.2), args
 
 
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@CUDA
+def test_compile_unbatched(inorm, rng, fresh_dynamo, training):
+    """Unbatched (C, H, W) input under torch.compile: relu and + r fuse across the module's
+    squeeze(0) (one norm op in the post-grad graph, carrying the residual and relu), against
+    nn.InstanceNorm2d's block: outputs, gradients, running statistics; train and eval."""
+    combine = lambda a, y, r: a(y) + r  # noqa: E731
+    ours = Block(inorm.ModelNew(6, affine=True, track_running_stats=True), nn.ReLU(), combine).cuda()
+    randomize(ours.norm)
+    eager = Block(nn.InstanceNorm2d(6, affine=True, track_running_stats=True), nn.ReLU(), combine).cuda()
+    eager.load_state_dict(ours.state_dict())
+    ours.train(training)
+    eager.train(training)
+    x, r, dy = (t[0] for t in compile_inputs(rng, (1, 6, 17, 23), True, ours))
+    norm = ours.norm
+    if not training:  # eval's pre-activation, not the instance-normalized one
+        z = ((x.double() - norm.running_mean.double().view(-1, 1, 1))
+             * torch.rsqrt(norm.running_var.double().view(-1, 1, 1) + EPS)
+             * norm.weight.double().view(-1, 1, 1) + norm.bias.double().view(-1, 1, 1))
+        dy = kink_safe(dy, z, "relu")
+    op = getattr(torch.ops, inorm._NAMESPACE)
+    norms = (op.eval_forward.default, op.forward.default, op.fused_forward.default)
+    seen = []
+
+    def observe(graph):  # a plain callable here also keeps the FX graph cache out of the way
+        seen.extend((n.target, n.args) for n in graph.nodes if n.target in norms)
+
+    with torch._inductor.config.patch(post_grad_custom_post_pass=observe, fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        got = step(torch.compile(ours), x, r, dy)
+    assert got[0].shape == x.shape
+    assert_step_close(got, step(eager, x, r, dy), f"training={training}")
+    for key, value in eager.state_dict().items():
+        torch.testing.assert_close(ours.state_dict()[key], value, rtol=1e-5, atol=1e-5, msg=key)
+    assert len(seen) == 1, seen
+    target, args = seen[0]
+    relu = inorm.ACTIVATIONS.index("relu")
+    if training:
+        assert target == op.fused_forward.default and args[3] is not None and args[5] == relu, args
+    else:
+        assert target == op.eval_forward.default and args[6] is not None and args[7] == relu, args
+
+
 @pytest.mark.parametrize("options", [dict(fullgraph=True), dict(dynamic=True), dict(mode="reduce-overhead")],
                          ids=["fullgraph", "dynamic", "reduce-overhead"])
 @CUDA

@@ -431,6 +431,25 @@ def test_after_fused_activation_refusals(fusion, env, mode):
 
 
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_module_graph_unbatched(fusion, env, training):
+    """ModelNew's graph for unbatched input, as _forward builds it (x.unsqueeze(0), _run_kernels,
+    .squeeze(0)), traced on meta tensors with the extension's ops: relu and + r fuse."""
+    if env.device != "meta":
+        pytest.skip("the module calls this file's ops: extension only")
+    module = fusion.ModelNew(3, affine=True, track_running_stats=True, device="meta", dtype=torch.float64)
+    module.train(training)
+
+    def fn(x, r):
+        return F.relu(module._run_kernels(x.unsqueeze(0), None, x.shape[1:].numel()).squeeze(0)) + r
+
+    x, r = inputs(env)
+    cap = run(fusion, env, fn, [x[0], r[0]])
+    assert cap.rewrites == 1 and not add_nodes(cap) and not cap.unfused()
+    got = fused_args(cap.fused()[0]) if training else eval_args(cap.evals()[0])
+    assert got.act == "relu" and got.r is not None and cap.out.shape == x[0].shape
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 def test_act_module_graph_takes_the_add(fusion, env, training):
     """InstanceNormAct2d's own graph (its _run_kernels traced on meta tensors with the extension's ops)
     followed by + r: the add fuses into its op, in training (update_running_stats in between) and in
@@ -448,6 +467,60 @@ def test_act_module_graph_takes_the_add(fusion, env, training):
     assert cap.rewrites == 1 and not add_nodes(cap) and not cap.unfused()
     got = fused_args(cap.fused()[0]) if training else eval_args(cap.evals()[0])
     assert (got.act, got.r.op) == ("silu", "placeholder")
+
+
+UNBATCHED_TAILS = {  # what follows y.squeeze(0): (activation expected, residual expected)
+    "relu": (lambda y, r: F.relu(y), "relu", False),
+    "relu + r": (lambda y, r: F.relu(y) + r, "relu", True),
+    "r + leaky_relu": (lambda y, r: r + F.leaky_relu(y, 0.1), "leaky_relu", True),
+    "+ r": (lambda y, r: y + r, "identity", True),
+}
+
+
+@pytest.mark.parametrize("squeeze", ["method", "torch.squeeze"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("tail", sorted(UNBATCHED_TAILS))
+def test_unbatched_input(fusion, env, tail, mode, squeeze):
+    """Unbatched (C, H, W) input: the modules run the op on x.unsqueeze(0) and return y.squeeze(0).
+    The activation and the add after the squeeze fuse; the fused op takes r.unsqueeze(0) and its
+    output is squeezed back (shape and strides as eager's)."""
+    ops = env.ops
+    combine, act, has_r = UNBATCHED_TAILS[tail]
+
+    def fn(x, r, mean, var, w, b):
+        xu = x.unsqueeze(0)
+        y = ops.forward(xu, w, b, 1e-5)[0] if mode == "train" else ops.eval_forward(xu, mean, var, w, b, 1e-5)
+        return combine(y.squeeze(0) if squeeze == "method" else torch.squeeze(y, 0), r)
+
+    x, r, mean, var, w, b = norm_inputs(env)
+    args = [x[0], r[0], mean, var, w, b]
+    cap = run(fusion, env, fn, args)
+    got = the_norm(cap, mode)
+    assert (got.act, got.r is not None) == (act, has_r)
+    assert not add_nodes(cap) and cap.rewrites == 1
+    assert cap.out.shape == x[0].shape and cap.out.stride() == fn(*clone(args)).stride()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_unbatched_refusals(fusion, env, mode):
+    """Left alone: the squeezed output read twice, a squeeze of another dimension."""
+    ops = env.ops
+
+    def norm(xu, mean, var, w, b):
+        return ops.forward(xu, w, b, 1e-5)[0] if mode == "train" else ops.eval_forward(xu, mean, var, w, b, 1e-5)
+
+    def two_users(x, r, mean, var, w, b):
+        y = norm(x.unsqueeze(0), mean, var, w, b).squeeze(0)
+        return F.relu(y), y
+
+    def other_dim(x, r, mean, var, w, b):
+        return F.relu(norm(x.unsqueeze(1), mean, var, w, b).squeeze(1))
+
+    for fn in (two_users, other_dim):
+        x, r, mean, var, w, b = norm_inputs(env)
+        args = [x[0], r[0], mean, var, w, b] if fn is two_users else [x[:, 0], r, mean[:1], var[:1], w[:1], b[:1]]
+        cap = run(fusion, env, fn, args)
+        assert cap.rewrites == 0, fn.__name__
 
 
 @pytest.mark.parametrize("mode", MODES)
