@@ -4803,11 +4803,18 @@ def _epilogue_after(norm, y, stats, inputs, writers, residual_only=False):
 
 
 def _drops_batch_dim(node):
-    """Is `node` y.squeeze(0) (or torch.squeeze(y, 0)): what the modules return for unbatched input?"""
+    """Is `node` y.squeeze(0) (or torch.squeeze(y, 0)) of a y whose batch is statically 1: what the
+    modules return for unbatched input? (On a larger batch squeeze(0) is the identity, and the fused
+    op would then be handed r.unsqueeze(0) of the wrong rank.)"""
     if node.op == "call_method" and node.target == "squeeze":
-        return len(node.args) == 2 and node.args[1] == 0 and not node.kwargs
-    return node.op == "call_function" and node.target is torch.squeeze and tuple(node.args[1:]) == (0,) \
-        and not node.kwargs
+        form = len(node.args) == 2 and node.args[1] == 0 and not node.kwargs
+    else:
+        form = node.op == "call_function" and node.target is torch.squeeze and tuple(node.args[1:]) == (0,) \
+            and not node.kwargs
+    y = node.args[0] if form else None
+    example = y.meta.get("example_value") if isinstance(y, torch.fx.Node) else None
+    return isinstance(example, torch.Tensor) and example.dim() > 0 and type(example.shape[0]) is int \
+        and example.shape[0] == 1
 
 
 def _batched(graph, tensor):

@@ -503,7 +503,8 @@ def test_unbatched_input(fusion, env, tail, mode, squeeze):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_unbatched_refusals(fusion, env, mode):
-    """Left alone: the squeezed output read twice, a squeeze of another dimension."""
+    """Left alone: the squeezed output read twice, a squeeze of another dimension; a squeeze(0) of a
+    batch of 2 (the identity) is not looked through."""
     ops = env.ops
 
     def norm(xu, mean, var, w, b):
@@ -516,9 +517,13 @@ def test_unbatched_refusals(fusion, env, mode):
     def other_dim(x, r, mean, var, w, b):
         return F.relu(norm(x.unsqueeze(1), mean, var, w, b).squeeze(1))
 
-    for fn in (two_users, other_dim):
+    def batched(x, r, mean, var, w, b):  # squeeze(0) of a batch of 2 is the identity (r would go 5-D)
+        return F.relu(norm(x, mean, var, w, b).squeeze(0)) + r
+
+    for fn in (two_users, other_dim, batched):
         x, r, mean, var, w, b = norm_inputs(env)
-        args = [x[0], r[0], mean, var, w, b] if fn is two_users else [x[:, 0], r, mean[:1], var[:1], w[:1], b[:1]]
+        args = {two_users: [x[0], r[0], mean, var, w, b], other_dim: [x[:, 0], r, mean[:1], var[:1], w[:1], b[:1]],
+                batched: [x, r, mean, var, w, b]}[fn]
         cap = run(fusion, env, fn, args)
         assert cap.rewrites == 0, fn.__name__
 
