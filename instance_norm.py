@@ -4908,7 +4908,8 @@ def _fuse_forward(graph, norm, ops, writers):
                                     (x, w, b, r, _specialize(eps), code, _specialize(slope)) + tail)
         z = graph.call_function(operator.getitem, (fused, 0))
         s = graph.call_function(operator.getitem, (fused, 1))
-        if squeeze is not None:
+        if squeeze is not None:  # z, the op's batched output, keeps y's meta; its squeeze takes last's
+            z.meta.update(y.meta)
             z = _unbatched(graph, z, last.meta.get("example_value"))
     fused.meta.update(norm.meta)
     if "example_value" in norm.meta:  # the op's output is y's shape (batched where squeeze drops it)

@@ -67,7 +67,13 @@ def _stub_norm(x, w, b, eps, stats=True):
     return y, torch.stack([mean.flatten(), rstd.flatten()]) if stats else x.new_empty(0)
 
 
+def _check_residual(x, r):  # as the extension's ops: no broadcasting (a wrong-rank r must not slip by)
+    if r is not None and r.shape != x.shape:
+        raise RuntimeError(f"stub: residual {tuple(r.shape)} is not the input's {tuple(x.shape)}")
+
+
 def _stub_fused(x, w, b, r, eps, act, slope, stats=True):
+    _check_residual(x, r)
     y, stats = _stub_norm(x, w, b, eps, stats)
     y = _act(y, ACTIVATIONS[act], slope)
     return (y if r is None else y + r), stats
@@ -81,6 +87,7 @@ def _stub_update(stats, running_mean, running_var, batch, count, momentum, eps):
 
 
 def _stub_eval(x, running_mean, running_var, w, b, eps, residual=None, act=0, slope=0.0):
+    _check_residual(x, residual)
     y = (x - running_mean.view(1, -1, 1, 1)) * (running_var.view(1, -1, 1, 1) + eps).rsqrt()
     if w is not None:
         y = y * w.view(1, -1, 1, 1)
@@ -497,6 +504,7 @@ def test_unbatched_input(fusion, env, tail, mode, squeeze):
     cap = run(fusion, env, fn, args)
     got = the_norm(cap, mode)
     assert (got.act, got.r is not None) == (act, has_r)
+    assert not has_r or tuple(got.r.meta["example_value"].shape) == (1,) + tuple(args[0].shape)  # r.unsqueeze(0)
     assert not add_nodes(cap) and cap.rewrites == 1
     assert cap.out.shape == x[0].shape and cap.out.stride() == fn(*clone(args)).stride()
 
