@@ -555,6 +555,35 @@ def count_calls(inorm, codes, op):
     return sum(c.count(f"torch.ops.{inorm._NAMESPACE}.{op}.default(") for c in codes)
 
 
+def eval_preactivation(x, norm):
+    """Eval mode's pre-activation in float64 (running statistics, weight, bias), for kink_safe."""
+    def per_channel(t):
+        return t.double().view(-1, 1, 1)
+
+    return ((x.double() - per_channel(norm.running_mean)) * torch.rsqrt(per_channel(norm.running_var) + EPS)
+            * per_channel(norm.weight) + per_channel(norm.bias))
+
+
+def compiled_step(inorm, model, x, r, dy):
+    """step() through torch.compile(model) with the FX and autograd caches off; also the (target, args)
+    of every norm op (forward, fused_forward, eval_forward) in the post-grad graphs."""
+    op = getattr(torch.ops, inorm._NAMESPACE)
+    norms = (op.eval_forward.default, op.forward.default, op.fused_forward.default)
+    seen = []
+
+    def observe(graph):  # a plain callable here also keeps the FX graph cache out of the way
+        seen.extend((n.target, n.args) for n in graph.nodes if n.target in norms)
+
+    with torch._inductor.config.patch(post_grad_custom_post_pass=observe, fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        return step(torch.compile(model), x, r, dy), seen
+
+
+def assert_same_state(ours, eager):
+    for key, value in eager.state_dict().items():
+        torch.testing.assert_close(ours.state_dict()[key], value, rtol=1e-5, atol=1e-5, msg=key)
+
+
 @pytest.mark.parametrize("case", list(COMPILE_CASES))
 @CUDA
 def test_compile_fusion_pass(inorm, rng, fresh_dynamo, case):
@@ -589,19 +618,9 @@ def test_compile_fusion_pass_eval(inorm, rng, fresh_dynamo, case):
     ours.eval()
     eager.eval()
     x, r, dy = compile_inputs(rng, (3, 6, 17, 23), residual, ours)
-    z = ((x.double() - norm.running_mean.double().view(-1, 1, 1)) * torch.rsqrt(norm.running_var.double().view(-1, 1, 1) + EPS)
-         * norm.weight.double().view(-1, 1, 1) + norm.bias.double().view(-1, 1, 1))
-    dy = kink_safe(dy, z, "relu")  # eval's pre-activation, not the instance-normalized one
+    dy = kink_safe(dy, eval_preactivation(x, norm), "relu")  # eval's pre-activation, not the normalized one
     op = getattr(torch.ops, inorm._NAMESPACE)
-    seen = []
-
-    def observe(graph):  # a plain callable here also keeps the FX graph cache out of the way
-        seen.extend((n.target, n.args) for n in graph.nodes
-                    if n.target in (op.eval_forward.default, op.forward.default, op.fused_forward.default))
-
-    with torch._inductor.config.patch(post_grad_custom_post_pass=observe, fx_graph_cache=False), \
-            torch._functorch.config.patch(enable_autograd_cache=False):
-        got = step(torch.compile(ours), x, r, dy)
+    got, seen = compiled_step(inorm, ours, x, r, dy)
     assert_step_close(got, step(eager, x, r, dy), case)
     assert len(seen) == 1 and seen[0][0] == op.eval_forward.default and len(seen[0][1]) >= 6, f"{case}: {seen}"
     args = list(seen[0][1]) + [None, 0, 0.0][len(seen[0][1]) - 6:]
@@ -626,23 +645,11 @@ def test_compile_add_after_act_module(inorm, rng, fresh_dynamo, training):
     eager.train(training)
     x, r, dy = compile_inputs(rng, (3, 6, 17, 23), True, ours)
     if not training:  # eval's pre-activation, not the instance-normalized one
-        z = ((x.double() - act_norm.running_mean.double().view(-1, 1, 1))
-             * torch.rsqrt(act_norm.running_var.double().view(-1, 1, 1) + EPS)
-             * act_norm.weight.double().view(-1, 1, 1) + act_norm.bias.double().view(-1, 1, 1))
-        dy = kink_safe(dy, z, "relu")
+        dy = kink_safe(dy, eval_preactivation(x, act_norm), "relu")
     op = getattr(torch.ops, inorm._NAMESPACE)
-    norms = (op.eval_forward.default, op.forward.default, op.fused_forward.default)
-    seen = []
-
-    def observe(graph):  # a plain callable here also keeps the FX graph cache out of the way
-        seen.extend((n.target, n.args) for n in graph.nodes if n.target in norms)
-
-    with torch._inductor.config.patch(post_grad_custom_post_pass=observe, fx_graph_cache=False), \
-            torch._functorch.config.patch(enable_autograd_cache=False):
-        got = step(torch.compile(ours), x, r, dy)
+    got, seen = compiled_step(inorm, ours, x, r, dy)
     assert_step_close(got, step(eager, x, r, dy), f"training={training}")
-    for key, value in eager.state_dict().items():
-        torch.testing.assert_close(ours.state_dict()[key], value, rtol=1e-5, atol=1e-5, msg=key)
+    assert_same_state(ours, eager)
     assert len(seen) == 1, seen
     target, args = seen[0]
     leaky = inorm.ACTIVATIONS.index("leaky_relu")
@@ -666,26 +673,14 @@ def test_compile_unbatched(inorm, rng, fresh_dynamo, training):
     ours.train(training)
     eager.train(training)
     x, r, dy = (t[0] for t in compile_inputs(rng, (1, 6, 17, 23), True, ours))
-    norm = ours.norm
     if not training:  # eval's pre-activation, not the instance-normalized one
-        z = ((x.double() - norm.running_mean.double().view(-1, 1, 1))
-             * torch.rsqrt(norm.running_var.double().view(-1, 1, 1) + EPS)
-             * norm.weight.double().view(-1, 1, 1) + norm.bias.double().view(-1, 1, 1))
-        dy = kink_safe(dy, z, "relu")
+        dy = kink_safe(dy, eval_preactivation(x, ours.norm), "relu")
     op = getattr(torch.ops, inorm._NAMESPACE)
-    norms = (op.eval_forward.default, op.forward.default, op.fused_forward.default)
-    seen = []
-
-    def observe(graph):  # a plain callable here also keeps the FX graph cache out of the way
-        seen.extend((n.target, n.args) for n in graph.nodes if n.target in norms)
-
-    with torch._inductor.config.patch(post_grad_custom_post_pass=observe, fx_graph_cache=False), \
-            torch._functorch.config.patch(enable_autograd_cache=False):
-        got = step(torch.compile(ours), x, r, dy)
-    assert got[0].shape == x.shape
-    assert_step_close(got, step(eager, x, r, dy), f"training={training}")
-    for key, value in eager.state_dict().items():
-        torch.testing.assert_close(ours.state_dict()[key], value, rtol=1e-5, atol=1e-5, msg=key)
+    got, seen = compiled_step(inorm, ours, x, r, dy)
+    expected = step(eager, x, r, dy)
+    assert (got[0].shape, got[0].stride()) == (expected[0].shape, expected[0].stride())
+    assert_step_close(got, expected, f"training={training}")
+    assert_same_state(ours, eager)
     assert len(seen) == 1, seen
     target, args = seen[0]
     relu = inorm.ACTIVATIONS.index("relu")
