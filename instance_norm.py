@@ -3193,8 +3193,8 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
   return Plan::multi_cta();
 }
 
-// The stream plan for two tensors when the forward's float32 on-chip CTA has kStreamBackwardMinThreads
-// or more and there are many instances; else the forward's on-chip plan when x and dy both fit its CTA; else
+// The stream plan for two tensors when the forward's on-chip CTA has kStreamBackwardMinThreads or
+// more (any dtype) and there are many instances; else the forward's on-chip plan when x and dy both fit its CTA; else
 // the stream plan for two tensors;
 // else, for an on-chip forward plan, its threads split over a cluster of kHeuristicCluster CTAs
 // (instances whose bytes are no multiple of 16 have no stream plan: fp32 (3,5,127,129) took 0.0118
@@ -4773,10 +4773,11 @@ def _residual_anchor(norm, add, act, r, stats, inputs, writers):
 
 def _epilogue_after(norm, y, stats, inputs, writers, residual_only=False):
     """What fuses after the norm `norm` whose output is `y` (its only user follows): (act, code, slope,
-    last, r, anchor) with act the activation node or None, code its ACTIVATIONS index (0: none), last
-    the node whose users the fused op takes over (the add, else the activation), r the residual or
-    None, and anchor the node the fused op goes before; None when nothing fuses. `stats` are the
-    norm's statistics outputs (none for eval_forward), `inputs` the tensors the fused op reads.
+    last, r, anchor, squeeze) with act the activation node or None, code its ACTIVATIONS index (0:
+    none), last the node whose users the fused op takes over (the add, else the activation), r the
+    residual or None, anchor the node the fused op goes before, and squeeze the y.squeeze(0) of
+    unbatched input looked through (else None); None when nothing fuses. `stats` are the norm's
+    statistics outputs (none for eval_forward), `inputs` the tensors the fused op reads.
     residual_only: the norm already applies its activation (InstanceNormAct2d), so only an add of
     y itself may follow (the epilogue adds the residual after the activation)."""
     first = next(iter(y.users))  # the intermediate's only user: no one else reads it

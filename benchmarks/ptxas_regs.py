@@ -1,17 +1,18 @@
 """Registers and spills of every kernel, from ptxas, without a GPU (development tool).
 
-    python benchmarks/ptxas_regs.py [--arch sm_90] [--match onchip_kernel<Forward] [FILE ...]
+    python benchmarks/ptxas_regs.py [--arch sm_90] [--match "onchip_kernel<Forward<BF16, Activated"] ... [FILE ...]
 
 Compiles the kernel translation unit of each instance_norm.py given (default: this repository's)
 with nvcc -Xptxas -v for one architecture (a few minutes each on two cores; runs in parallel) and
 prints, per kernel whose demangled name contains one of the --match strings, its registers and
-spill bytes (stores, loads) for each file side by side. Register counts set occupancy: the
+spill bytes (stores, loads) for each file side by side (--match may be given several times). Register counts set occupancy: the
 Activated onchip forward kernel sat at its 64-register cap with spills while the plain one used 42
-(benchmarks/NOTES.md, eleventh session). Needs nvcc (CUDA_HOME or /usr/local/cuda) and c++filt.
+(benchmarks/NOTES.md, eleventh session). Needs PyTorch, nvcc (CUDA_HOME or /usr/local/cuda) and c++filt.
 """
 
 import argparse
 import concurrent.futures
+import importlib.util
 import os
 import re
 import subprocess
@@ -21,21 +22,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def kernel_source(path):
-    """The kernel TU as load_extension builds it, from the file's text (nothing imported)."""
-    text = open(path).read()
-
-    def raw(name):
-        start = text.index(name + ' = r"""') + len(name + ' = r"""')
-        return text[start:text.index('"""', start)]
-
-    return (raw("_INTERFACE") + raw("_KERNEL_SOURCE")).replace("INSTANCE_NORM_NS", "instance_norm_regs")
+    """The kernel TU as load_extension builds it: the file's own source strings (importing the file
+    builds nothing), its namespace placeholder filled in."""
+    spec = importlib.util.spec_from_file_location(f"instance_norm_regs_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return (module._INTERFACE + module._KERNEL_SOURCE).replace("INSTANCE_NORM_NS", "instance_norm_regs")
 
 
-def ptxas_report(path, arch, workdir):
-    """{demangled kernel name: (registers, spill store bytes, spill load bytes)} for one file."""
+def ptxas_report(path, source, arch, workdir):
+    """{demangled kernel name: (registers, spill store bytes, spill load bytes)} for one file's TU."""
     base = os.path.join(workdir, str(abs(hash(os.path.abspath(path)))))
     with open(base + ".cu", "w") as f:
-        f.write(kernel_source(path))
+        f.write(source)
     nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
     run = subprocess.run([nvcc, "-O3", "-std=c++17", f"-arch={arch}", "-c", base + ".cu", "-o", base + ".o",
                           "-Xptxas", "-v"], capture_output=True, text=True)
@@ -65,11 +64,13 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("files", nargs="*", default=[os.path.join(ROOT, "instance_norm.py")])
     parser.add_argument("--arch", default="sm_90")
-    parser.add_argument("--match", default="", help="comma list; a kernel is shown when its name contains one")
+    parser.add_argument("--match", action="append", default=[],
+                        help="repeatable (kernel names hold commas); a kernel is shown when its name contains one")
     args = parser.parse_args()
-    matches = [m for m in args.match.split(",") if m]
+    matches = args.match
+    sources = {path: kernel_source(path) for path in args.files}  # imported here, compiled in parallel
     with tempfile.TemporaryDirectory() as workdir, concurrent.futures.ThreadPoolExecutor() as pool:
-        reports = list(pool.map(lambda p: ptxas_report(p, args.arch, workdir), args.files))
+        reports = list(pool.map(lambda p: ptxas_report(p, sources[p], args.arch, workdir), args.files))
     print(f"# ptxas -v, {args.arch}: registers (spill store bytes, spill load bytes) per file: "
           + ", ".join(os.path.relpath(p) for p in args.files))
     for kernel in sorted(set().union(*reports)):
