@@ -312,6 +312,7 @@ _KERNEL_SOURCE = r"""
 // =====================================================================================
 // Element types and 16-byte vectors
 // =====================================================================================
+#include <type_traits>
 #include <cooperative_groups.h>
 
 namespace cg = cooperative_groups;
@@ -1196,6 +1197,12 @@ __device__ __forceinline__ const typename Op::T* residual_at(const Params<typena
 // so that a thread waits for one batch of loads, not for each vector in turn.
 constexpr int kResidualBatch = 4;
 
+// Data held in shared memory (SharedVectors) with an epilogue is mapped kResidualBatch vectors at a
+// time in a rolled loop: fully unrolled over K = 8, the onchip forward kernel with activations hoisted
+// every vector's loads and math and hit its 64-register cap (1024-thread launch bound) with spills
+// (bf16: 40 bytes of stack, 236 bytes of spill loads), and ran at half the occupancy of the plain kernel
+// (ncu, bf16 (4,128,128,128), eleventh session). Register-held data (stream, multi_cta) keeps the
+// unrolled loop: its vectors must be indexed by constants.
 template <class Op, Family F, int K, bool kToShared, bool kAdd, class Held>
 __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T* base, const typename Op::T* residual,
                                                int first, int stride, int lo, int hi, const typename Op::Coef& c,
@@ -1203,9 +1210,10 @@ __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T*
   using T = typename Op::T;
   using acc_t = typename Op::acc_t;
   constexpr int kVec = Elem<T>::kVec;
-  constexpr int kBatch = kAdd ? (K < kResidualBatch ? K : kResidualBatch) : K;
-#pragma unroll
-  for (int k0 = 0; k0 < K; k0 += kBatch) {
+  constexpr bool kShared = std::is_same_v<std::remove_cv_t<std::remove_extent_t<Held>>, SharedVectors>;
+  constexpr bool kRolled = kShared && (kAdd || F != Family::kNone) && K > kResidualBatch;
+  constexpr int kBatch = kAdd || kRolled ? (K < kResidualBatch ? K : kResidualBatch) : K;
+  auto batch = [&](int k0) {
     uint4 r[kBatch];
     if constexpr (kAdd) {
 #pragma unroll
@@ -1237,6 +1245,13 @@ __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T*
         }
       }
     }
+  };
+  if constexpr (kRolled) {
+#pragma unroll 1
+    for (int k0 = 0; k0 < K; k0 += kBatch) batch(k0);
+  } else {
+#pragma unroll
+    for (int k0 = 0; k0 < K; k0 += kBatch) batch(k0);
   }
 }
 
