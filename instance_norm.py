@@ -1197,12 +1197,13 @@ __device__ __forceinline__ const typename Op::T* residual_at(const Params<typena
 // so that a thread waits for one batch of loads, not for each vector in turn.
 constexpr int kResidualBatch = 4;
 
-// Data held in shared memory (SharedVectors) with an epilogue is mapped kResidualBatch vectors at a
-// time in a rolled loop: fully unrolled over K = 8, the onchip forward kernel with activations hoisted
-// every vector's loads and math and hit its 64-register cap (1024-thread launch bound) with spills
-// (bf16: 40 bytes of stack, 236 bytes of spill loads), and ran at half the occupancy of the plain kernel
-// (ncu, bf16 (4,128,128,128), eleventh session). Register-held data (stream, multi_cta) keeps the
-// unrolled loop: its vectors must be indexed by constants.
+// 16-bit data held in shared memory (SharedVectors) with an epilogue is mapped kResidualBatch vectors
+// at a time in a rolled loop: fully unrolled over K = 8, the onchip forward kernel with activations
+// hoisted every vector's loads and math and hit its 64-register cap (1024-thread launch bound) with
+// spills (bf16: 40 bytes of stack, 236 bytes of spill loads). Rolled, bf16 (4,128,128,128) leaky_relu
+// ran 19.3-20.0 -> 17.3-18.1 us (copy 13.2-14.0); float32 rolled ran about 1 us slower at K = 8,
+// G = 512, so float32 keeps the unrolled loop (benchmarks/NOTES.md, twelfth session). Register-held
+// data (stream, multi_cta) keeps it too: its vectors must be indexed by constants.
 template <class Op, Family F, int K, bool kToShared, bool kAdd, class Held>
 __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T* base, const typename Op::T* residual,
                                                int first, int stride, int lo, int hi, const typename Op::Coef& c,
@@ -1211,7 +1212,7 @@ __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T*
   using acc_t = typename Op::acc_t;
   constexpr int kVec = Elem<T>::kVec;
   constexpr bool kShared = std::is_same_v<std::remove_cv_t<std::remove_extent_t<Held>>, SharedVectors>;
-  constexpr bool kRolled = kShared && (kAdd || F != Family::kNone) && K > kResidualBatch;
+  constexpr bool kRolled = kShared && sizeof(T) < 4 && (kAdd || F != Family::kNone) && K > kResidualBatch;
   constexpr int kBatch = kAdd || kRolled ? (K < kResidualBatch ? K : kResidualBatch) : K;
   auto batch = [&](int k0) {
     uint4 r[kBatch];

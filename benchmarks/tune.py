@@ -1,14 +1,16 @@
 """Time candidate kernel plans per shape against the copy floor (development tool, needs a GPU).
 
     python benchmarks/tune.py [--shapes main|sweep|NxCxHxW,...] [--dtypes float32,bfloat16] [--backward] [--graph] [--loose]
-                              [--match stream,...] [--module path/to/instance_norm.py]
+                              [--match stream,...] [--module path/to/instance_norm.py] [--act leaky_relu]
 
 The plans are the ones the host's plan space lists for the shape (``instance_norm.candidate_plans``
 with ``tight``: every regime, at most about twice the capacity an instance needs), so this tool
 never re-derives which plans exist. Each row: a plan forced through ``forward_with_plan`` (or
 ``backward_with_plan``), checked against the multi_cta plan's output first, its device time
 (``triton.testing.do_bench`` median, L2 flushed), and its ratio to the floor: a device-to-device
-copy of the same bytes (forward), or ``torch.add(x, dy, out=dx)`` (backward).
+copy of the same bytes (forward), or ``torch.add(x, dy, out=dx)`` (backward). ``--act`` times the
+kernels with that activation epilogue (leaky_relu with slope 0.01), whose registers differ from the
+plain ones (benchmarks/NOTES.md).
 """
 
 import argparse
@@ -67,6 +69,8 @@ def main():
                         help="time by CUDA-graph replay (L2 warm) instead of do_bench (L2 flushed)")
     parser.add_argument("--module", help="tune this file's build instead of the repository's instance_norm.py "
                         "(e.g. a branch's copy; its extension builds under its own name)")
+    parser.add_argument("--act", default="identity",
+                        help="the epilogue's activation (instance_norm.ACTIVATIONS; leaky_relu: slope 0.01)")
     args = parser.parse_args()
     if args.module:
         global instance_norm
@@ -74,6 +78,8 @@ def main():
         instance_norm = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(instance_norm)
     timer = graph_ms if args.graph else device_ms
+    act = instance_norm.ACTIVATIONS.index(args.act)
+    slope = 0.01 if args.act == "leaky_relu" else 0.0
     ops = instance_norm.load_extension()
     multi_cta = instance_norm.Plan.multi_cta()
     print(f"# {torch.cuda.get_device_name()}  torch {torch.__version__}  "
@@ -90,25 +96,30 @@ def main():
                 _, stats = ops.forward(x, w, None, 1e-5)
 
                 def run(plan):
-                    return instance_norm.backward_with_plan(dy, x, w, None, stats, plan)
+                    return instance_norm.backward_with_plan(dy, x, w, None, stats, plan, act, slope)
 
-                default = lambda: ops.backward(dy, x, w, None, stats)  # noqa: E731
+                default = lambda: ops.backward(dy, x, w, None, stats, act, slope)  # noqa: E731
             else:
                 floor = timer(lambda: out.copy_(x))
 
                 def run(plan):
-                    return instance_norm.forward_with_plan(x, w, None, 1e-5, plan)
+                    return instance_norm.forward_with_plan(x, w, None, 1e-5, plan, None, act, slope)
 
-                default = lambda: ops.forward(x, w, None, 1e-5)  # noqa: E731
+                default = (lambda: ops.forward(x, w, None, 1e-5)) if act == 0 else (  # noqa: E731
+                    lambda: ops.fused_forward(x, w, None, None, 1e-5, act, slope))
             ref = run(multi_cta)[0]
             chosen = instance_norm.chosen_plan(x, args.backward)
-            print(f"\n{dtype_name} {shape} {'backward' if args.backward else 'forward'} default={chosen} "
+            print(f"\n{dtype_name} {shape} {'backward' if args.backward else 'forward'} act={args.act} default={chosen} "
                   f"floor={floor:.4f} ms", flush=True)
             rows = []
             for plan in instance_norm.candidate_plans(x, args.backward, tight=not args.loose):
                 if args.match and not any(part in str(plan) for part in args.match.split(",")):
                     continue
-                err = (run(plan)[0].float() - ref.float()).abs().max().item()
+                try:
+                    err = (run(plan)[0].float() - ref.float()).abs().max().item()
+                except RuntimeError as refusal:  # a plan the epilogue's kernel cannot hold (--act)
+                    print(f"  {str(plan):<26} refused: {str(refusal).splitlines()[0]}", flush=True)
+                    continue
                 rows.append((timer(lambda: run(plan)), str(plan), err))
             t_default = timer(default)
             for t, name, err in sorted(rows)[: args.top]:
