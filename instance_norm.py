@@ -1201,9 +1201,11 @@ constexpr int kResidualBatch = 4;
 // at a time in a rolled loop: fully unrolled over K = 8, the onchip forward kernel with activations
 // hoisted every vector's loads and math and hit its 64-register cap (1024-thread launch bound) with
 // spills (bf16: 40 bytes of stack, 236 bytes of spill loads). Rolled, bf16 (4,128,128,128) leaky_relu
-// ran 19.3-20.0 -> 17.3-18.1 us (copy 13.2-14.0); float32 rolled ran about 1 us slower at K = 8,
-// G = 512, so float32 keeps the unrolled loop (benchmarks/NOTES.md, twelfth session). Register-held
-// data (stream, multi_cta) keeps it too: its vectors must be indexed by constants.
+// ran 19.3-20.0 -> 17.3-18.1 us (copy 13.2-14.0). The same rule rolls the 16-bit onchip backward with
+// an epilogue (K = 8: 84 -> 64 registers; its device time is not measured yet). float32 rolled ran
+// about 1 us slower at K = 8, G = 512, so float32 keeps the unrolled loop, though that forward kernel
+// still spills (12 bytes stored, 72 loaded; benchmarks/NOTES.md, twelfth session). Register-held data
+// (stream, multi_cta) keeps it too: its vectors must be indexed by constants.
 template <class Op, Family F, int K, bool kToShared, bool kAdd, class Held>
 __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T* base, const typename Op::T* residual,
                                                int first, int stride, int lo, int hi, const typename Op::Coef& c,

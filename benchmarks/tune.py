@@ -69,7 +69,7 @@ def main():
                         help="time by CUDA-graph replay (L2 warm) instead of do_bench (L2 flushed)")
     parser.add_argument("--module", help="tune this file's build instead of the repository's instance_norm.py "
                         "(e.g. a branch's copy; its extension builds under its own name)")
-    parser.add_argument("--act", default="identity",
+    parser.add_argument("--act", default="identity", choices=instance_norm.ACTIVATIONS,
                         help="the epilogue's activation (instance_norm.ACTIVATIONS; leaky_relu: slope 0.01)")
     args = parser.parse_args()
     if args.module:
@@ -118,12 +118,19 @@ def main():
                 try:
                     err = (run(plan)[0].float() - ref.float()).abs().max().item()
                 except RuntimeError as refusal:  # a plan the epilogue's kernel cannot hold (--act)
+                    if not str(refusal).startswith("instance_norm:"):
+                        raise  # a fault, not a refusal: the CUDA context may be gone
                     print(f"  {str(plan):<26} refused: {str(refusal).splitlines()[0]}", flush=True)
                     continue
                 rows.append((timer(lambda: run(plan)), str(plan), err))
             t_default = timer(default)
-            for t, name, err in sorted(rows)[: args.top]:
-                print(f"  {name:<26} {t:8.4f} ms  x{t / floor:5.2f} floor   maxdiff {err:.1e}", flush=True)
+            # A plan off the multi_cta plan's output by more than about one rounding of the element type at
+            # |y| ~ 4 is shown whatever its time (dx only, for the backward).
+            tol = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3.2e-2}[dtype]
+            ranked = sorted(rows)
+            for t, name, err in ranked[: args.top] + [r for r in ranked[args.top:] if r[2] > tol]:
+                flag = "   !! above tolerance" if err > tol else ""
+                print(f"  {name:<26} {t:8.4f} ms  x{t / floor:5.2f} floor   maxdiff {err:.1e}{flag}", flush=True)
             print(f"  {'default':<26} {t_default:8.4f} ms  x{t_default / floor:5.2f} floor", flush=True)
             del x, out, ref
             torch.cuda.empty_cache()
