@@ -2,6 +2,7 @@
 
     python benchmarks/tune.py [--shapes main|sweep|NxCxHxW,...] [--dtypes float32,bfloat16] [--backward] [--graph] [--loose]
                               [--match stream,...] [--module path/to/instance_norm.py] [--act leaky_relu]
+                              [--channels-last]
 
 The plans are the ones the host's plan space lists for the shape (``instance_norm.candidate_plans``
 with ``tight``: every regime, at most about twice the capacity an instance needs), so this tool
@@ -10,7 +11,8 @@ never re-derives which plans exist. Each row: a plan forced through ``forward_wi
 (``triton.testing.do_bench`` median, L2 flushed), and its ratio to the floor: a device-to-device
 copy of the same bytes (forward), or ``torch.add(x, dy, out=dx)`` (backward). ``--act`` times the
 kernels with that activation epilogue (leaky_relu with slope 0.01), whose registers differ from the
-plain ones (benchmarks/NOTES.md).
+plain ones (benchmarks/NOTES.md). ``--channels-last`` gives x and dy channels_last (4-D) or
+channels_last_3d (5-D) strides: the channel-last plans are listed then.
 """
 
 import argparse
@@ -57,6 +59,7 @@ def graph_ms(fn, calls=20, replays=15):
 
 
 def main():
+    global instance_norm  # --module replaces it (declared before main's first use of the name)
     parser = argparse.ArgumentParser()
     parser.add_argument("--shapes", default="sweep")
     parser.add_argument("--dtypes", default="float32,bfloat16")
@@ -71,9 +74,10 @@ def main():
                         "(e.g. a branch's copy; its extension builds under its own name)")
     parser.add_argument("--act", default="identity", choices=instance_norm.ACTIVATIONS,
                         help="the epilogue's activation (instance_norm.ACTIVATIONS; leaky_relu: slope 0.01)")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="x and dy in channels_last (4-D) / channels_last_3d (5-D) memory")
     args = parser.parse_args()
     if args.module:
-        global instance_norm
         spec = importlib.util.spec_from_file_location("instance_norm_tuned", args.module)
         instance_norm = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(instance_norm)
@@ -88,10 +92,12 @@ def main():
         dtype = getattr(torch, dtype_name)
         for shape in parse_shapes(args.shapes):
             x = torch.randn(shape, device="cuda", dtype=dtype) * 2 + 3
+            if args.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
             w = torch.randn(shape[1], device="cuda")
             out = torch.empty_like(x)
             if args.backward:
-                dy = torch.randn_like(x)
+                dy = torch.randn_like(x)  # x's memory format
                 floor = timer(lambda: torch.add(x, dy, out=out))
                 _, stats = ops.forward(x, w, None, 1e-5)
 
@@ -109,7 +115,8 @@ def main():
                     lambda: ops.fused_forward(x, w, None, None, 1e-5, act, slope))
             ref = run(multi_cta)[0]
             chosen = instance_norm.chosen_plan(x, args.backward)
-            print(f"\n{dtype_name} {shape} {'backward' if args.backward else 'forward'} act={args.act} default={chosen} "
+            print(f"\n{dtype_name} {shape}{' channels_last' if args.channels_last else ''} "
+                  f"{'backward' if args.backward else 'forward'} act={args.act} default={chosen} "
                   f"floor={floor:.4f} ms", flush=True)
             rows = []
             for plan in instance_norm.candidate_plans(x, args.backward, tight=not args.loose):
