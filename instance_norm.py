@@ -18,8 +18,8 @@ host accepts for a shape:
 ================  ===============================  ============================================
 regime            serves                           why
 ================  ===============================  ============================================
-flat              H*W up to 64 (forced: 4096)      whole consecutive instances per CTA copied to
-                                                   shared memory as one span of 16-byte vectors
+flat              H*W up to 144, the backward up   whole consecutive instances per CTA copied to
+                  to 64 (forced: 4096)             shared memory as one span of 16-byte vectors
                                                    wherever instances start; a thread (up to a
                                                    warp) reduces each instance; one read: 7x7 at
                                                    1.5x the copy, a warp per instance took 3.7x
@@ -74,7 +74,7 @@ the backward's sums and input gradient, each from instance or running statistics
 epilogue applied to the output) and an instance-addressing policy (contiguous NCHW spans; the
 channels-last families address rows of C). Eval mode with running statistics runs the flat
 kernel's element map where instances hold up to 4096 elements and number at least one per SM (and
-for H*W up to 64), else the multi_cta family's single-read sweeps (channels-last: the cl_split
+for H*W up to 144), else the multi_cta family's single-read sweeps (channels-last: the cl_split
 family's).
 
 The ops return the statistics (mean, rstd per instance) beside the output; with ``stats=False``
@@ -2753,9 +2753,15 @@ constexpr int64_t kClTinyRows = 256;
 // cluster of kHeuristicCluster CTAs up to kHeuristicClusterBlocks CTAs' worth, then multi_cta.
 constexpr int kWarpPlanSlots = kWarpSize * 8;
 // Instances of up to this many elements take the flat plan: measured faster than a warp per instance
-// at 7x7 (benchmarks/NOTES.md); 64..256 is open (a warp per instance won at 16x16 against the
-// first flat kernel).
-constexpr int64_t kFlatHeuristicSize = 64;
+// at 7x7 (benchmarks/NOTES.md) and at 12x12 (float32 (64,128,12,12), H200, tune.py: forward 9.6
+// against 10.8 us in do_bench, 5.7 against 7.5 us in CUDA-graph replay; with leaky_relu 9.9 / 12.0
+// and 6.0 / 8.4; thirteenth session). 14x14 is mixed (do_bench 11.5 against 10.3 us, graph replay 6.6
+// against 7.5); a warp per instance won at 16x16 against the first flat kernel.
+constexpr int64_t kFlatHeuristicSize = 144;
+// The backward keeps the flat plan up to 64 elements: at 12x12 a warp per instance was as fast or
+// faster (float32 (64,128,12,12): onchip(K=2,G=32) 13.5 against flat 13.8 us in do_bench, 7.6 against
+// 8.0 us in graph replay; bfloat16 within 0.1 us; tune.py, H200, thirteenth session).
+constexpr int64_t kFlatBackwardSize = 64;
 // A flat launch without a named instance count sizes its grid to about this many CTAs per SM: 4
 // (512 CTAs at (64,256,7,7)) against 8 before took CUDA-graph replay of fp32 7x7 from 6.2 to 5.6 us,
 // bf16 from 6.3 to 5.4 us, the fp32 backward from 8.4 to 7.2 us, within noise of do_bench's
@@ -3175,10 +3181,11 @@ Plan cluster_split(int k, int64_t threads) {
 }
 
 // The heuristic, from benchmarks/tune.py on an H100 and the H200 (numbers in benchmarks/NOTES.md).
-Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
+// `flat_size`: the largest instance that takes the flat plan (the backward asks with its own).
+Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances, int64_t flat_size = kFlatHeuristicSize) {
   if (dtype == DType::kDouble) return Plan::multi_cta();  // accuracy over speed: one general path
   const Direction fwd = Direction::kForward;
-  if (instance_size <= kFlatHeuristicSize && refusal(dtype, fwd, Plan::flat(), nchw(instance_size)).empty()) {
+  if (instance_size <= flat_size && refusal(dtype, fwd, Plan::flat(), nchw(instance_size)).empty()) {
     return Plan::flat();
   }
   const int64_t slots = vector_slots(instance_size, vector_width(dtype));
@@ -3220,7 +3227,7 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances) {
 // else multi_cta.
 Plan choose_backward(DType dtype, int64_t instance_size, int64_t instances) {
   const Direction bwd = Direction::kBackward;
-  const Plan plan = choose_forward(dtype, instance_size, instances);
+  const Plan plan = choose_forward(dtype, instance_size, instances, kFlatBackwardSize);
   bool found = false;
   if (plan.regime == Regime::kOnchip && plan.threads >= kStreamBackwardMinThreads && many_instances(instances)) {
     const Plan stream = choose_stream(dtype, bwd, instance_size, &found);

@@ -559,6 +559,13 @@ def test_chosen_plans(inorm):
             plan = inorm.chosen_plan(x, backward)
             assert inorm.plan_refusal(x, plan, backward) == "", f"{shape} {dtype}: {plan}"
             assert str(plan).strip(), f"{shape} {dtype}: {plan!r}"
+    # The flat cut: the forward takes the flat plan up to 144 elements (12x12), the backward up to 64.
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for hw, forward, backward in [((7, 7), "flat", "flat"), ((8, 8), "flat", "flat"), ((12, 12), "flat", "onchip"),
+                                      ((13, 13), "onchip", "onchip")]:
+            x = torch.empty((64, 128) + hw, dtype=dtype, device="cuda")
+            got = (inorm.chosen_plan(x).regime, inorm.chosen_plan(x, True).regime)
+            assert got == (forward, backward), f"{dtype} {hw}: {got}"
     main = torch.empty(1, dtype=torch.float32, device="cuda").expand(112, 64, 512, 512)
     if has_clusters():
         assert inorm.chosen_plan(main).regime == "stream"
