@@ -19,7 +19,7 @@ host accepts for a shape:
 regime            serves                           why
 ================  ===============================  ============================================
 flat              H*W up to 144, the backward up   whole consecutive instances per CTA copied to
-                  to 64 (forced: 4096)             shared memory as one span of 16-byte vectors
+                  to 64, any dtype (forced: 4096)  shared memory as one span of 16-byte vectors
                                                    wherever instances start; a thread (up to a
                                                    warp) reduces each instance; one read: 7x7 at
                                                    1.5x the copy, a warp per instance took 3.7x
@@ -2758,9 +2758,11 @@ constexpr int kWarpPlanSlots = kWarpSize * 8;
 // and 6.0 / 8.4; thirteenth session). 14x14 is mixed (do_bench 11.5 against 10.3 us, graph replay 6.6
 // against 7.5); a warp per instance won at 16x16 against the first flat kernel.
 constexpr int64_t kFlatHeuristicSize = 144;
-// The backward keeps the flat plan up to 64 elements: at 12x12 a warp per instance was as fast or
-// faster (float32 (64,128,12,12): onchip(K=2,G=32) 13.5 against flat 13.8 us in do_bench, 7.6 against
-// 8.0 us in graph replay; bfloat16 within 0.1 us; tune.py, H200, thirteenth session).
+// The backward keeps the flat plan up to 64 elements: at 12x12 a warp per instance was faster in
+// float32 ((64,128,12,12): onchip(K=2,G=32) 13.5 against flat 13.8 us in do_bench, 7.6 against 8.0 us
+// in graph replay; tune.py, H200, thirteenth session). In bfloat16 flat was as fast or faster there
+// (12.3-12.4 against 12.4 us; in graph replay onchip was not among the three best), float16 was not
+// timed: a cut per dtype is open (benchmarks/NOTES.md).
 constexpr int64_t kFlatBackwardSize = 64;
 // A flat launch without a named instance count sizes its grid to about this many CTAs per SM: 4
 // (512 CTAs at (64,256,7,7)) against 8 before took CUDA-graph replay of fp32 7x7 from 6.2 to 5.6 us,
@@ -3218,8 +3220,9 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances, int64
   return Plan::multi_cta();
 }
 
-// The stream plan for two tensors when the forward's on-chip CTA has kStreamBackwardMinThreads or
-// more (any dtype) and there are many instances; else the forward's on-chip plan when x and dy both fit its CTA; else
+// `plan` below is choose_forward's with the backward's flat cut (kFlatBackwardSize). The stream plan
+// for two tensors when that plan's on-chip CTA has kStreamBackwardMinThreads or more (any dtype) and
+// there are many instances; else that plan when x and dy both fit its CTA; else
 // the stream plan for two tensors;
 // else, for an on-chip forward plan, its threads split over a cluster of kHeuristicCluster CTAs
 // (instances whose bytes are no multiple of 16 have no stream plan: fp32 (3,5,127,129) took 0.0118

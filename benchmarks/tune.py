@@ -11,8 +11,8 @@ never re-derives which plans exist. Each row: a plan forced through ``forward_wi
 (``triton.testing.do_bench`` median, L2 flushed), and its ratio to the floor: a device-to-device
 copy of the same bytes (forward), or ``torch.add(x, dy, out=dx)`` (backward). ``--act`` times the
 kernels with that activation epilogue (leaky_relu with slope 0.01), whose registers differ from the
-plain ones (benchmarks/NOTES.md). ``--channels-last`` gives x and dy channels_last (4-D) or
-channels_last_3d (5-D) strides: the channel-last plans are listed then.
+plain ones (benchmarks/NOTES.md). ``--channels-last`` gives x and dy channels_last strides (the shapes
+are NxCxHxW): the channel-last plans are listed then.
 """
 
 import argparse
@@ -75,7 +75,7 @@ def main():
     parser.add_argument("--act", default="identity", choices=instance_norm.ACTIVATIONS,
                         help="the epilogue's activation (instance_norm.ACTIVATIONS; leaky_relu: slope 0.01)")
     parser.add_argument("--channels-last", action="store_true",
-                        help="x and dy in channels_last (4-D) / channels_last_3d (5-D) memory")
+                        help="x and dy in channels_last memory")
     args = parser.parse_args()
     if args.module:
         spec = importlib.util.spec_from_file_location("instance_norm_tuned", args.module)
@@ -93,7 +93,7 @@ def main():
         for shape in parse_shapes(args.shapes):
             x = torch.randn(shape, device="cuda", dtype=dtype) * 2 + 3
             if args.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+                x = x.contiguous(memory_format=torch.channels_last)
             w = torch.randn(shape[1], device="cuda")
             out = torch.empty_like(x)
             if args.backward:

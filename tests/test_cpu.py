@@ -336,7 +336,7 @@ def test_source_is_clean(source_text):
 
 @pytest.mark.parametrize("script", sorted(f for f in os.listdir(os.path.join(ROOT, "benchmarks")) if f.endswith(".py")))
 def test_benchmark_scripts_compile(script):
-    """Every benchmark and tuning script compiles, symbol tables included (a `global` after a use of the
+    """Every script at the top of benchmarks/ compiles, symbol tables included (a `global` after a use of the
     name is a SyntaxError that ast.parse alone does not see: tune.py had one, found only on the device)."""
     path = os.path.join(ROOT, "benchmarks", script)
     with open(path) as f:
