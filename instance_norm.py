@@ -150,6 +150,8 @@ inline constexpr int kVectorBytes = 16;
 inline constexpr int kClOnchipThreads = 512;     // channels-last onchip: the largest CTA
 inline constexpr int kClSplitThreads = 256;      // channels-last split: partial and apply sweeps
 inline constexpr int kClMaxColumnThreads = 32;   // channels-last: threads along C in a CTA (a tile)
+inline constexpr int kClApplyRows = 8;           // channels-last split, apply: rows per thread and batch
+                                                 // (over the inputs: 8 of x, 4 each of x and dy)
 inline constexpr int kFlatThreads = 256;         // flat: a CTA's size
 inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's values, at most (up to G = 32)
 inline constexpr int kFlatMaxPerThread = 128;    // flat: ... in any plan (its float32 sums run in sequence: a
@@ -266,6 +268,7 @@ struct Launch {
   int smem;
   int slice_vectors;  // stream plans: one CTA's slice of an instance, in vectors
   ClShape cl;         // channels-last plans
+  int64_t cl_span;    // cl_split: rows of one apply CTA (grid: the apply's CTAs; see cl_apply_kernel)
   FlatShape flat;     // flat plans
 };
 
@@ -289,6 +292,9 @@ inline cudaLaunchConfig_t cluster_config(unsigned grid, int block, int smem, int
 // Defined in the kernel translation unit.
 const void* kernel_for(DType dtype, Direction direction, bool epilogue, const Plan& plan);  // null: none
 const void* kernel_for(DType dtype, Direction direction, Source source, bool epilogue, const Plan& plan);
+// The channels-last split's sweeps (apply: the element map; else the partial sweep), for the
+// occupancy query; null where the problem has no partial sweep.
+const void* cl_split_kernel(DType dtype, Direction direction, Source source, bool epilogue, bool apply);
 int64_t chunks_per_instance(DType dtype, int64_t instance_size);             // multi_cta chunks
 int64_t chunk_workspace_bytes(const Problem& problem);                       // multi_cta partials
 int64_t partial_bytes(DType dtype, Direction direction);  // one partial (statistics or sums)
@@ -522,6 +528,15 @@ __device__ __forceinline__ Stats<acc_t> combine(const Stats<acc_t>& a, const Sta
   const acc_t delta = b.mean - a.mean;
   // a.n * wb first: 0 when `a` is empty, even where delta * delta would overflow.
   return {a.mean + delta * wb, a.m2 + b.m2 + a.n * wb * delta * delta, n};
+}
+
+// Chan's merge of `a` with a partial of count nb and sum of squares m2 whose mean is a.mean + delta,
+// given as delta (a shifted sum's mean): the same formula without rounding a.mean + delta first.
+template <typename acc_t>
+__device__ __forceinline__ Stats<acc_t> combine_offset(const Stats<acc_t>& a, acc_t delta, acc_t m2, acc_t nb) {
+  const acc_t n = a.n + nb;
+  const acc_t wb = divide_by_count(nb, n > acc_t(1) ? n : acc_t(1));
+  return {a.mean + delta * wb, a.m2 + m2 + a.n * wb * delta * delta, n};
 }
 
 // Chan's merge of two partials of equal count (the lanes of a butterfly when a CTA's threads hold
@@ -933,6 +948,11 @@ struct Forward {
   };
   static constexpr int kInputs = 1;
   static constexpr bool kRunAhead = true;
+  static constexpr bool kShiftedSweep = true;  // cl_partials_kernel's sweep (see cl_shifted_sweep)
+  // ... compiled for this many CTAs per SM (see kClApplyMinBlocks), so at most 64 registers in
+  // float32, 85 in 16-bit types (8 channels a thread; ptxas: 80, float16 spills 4 bytes), 128 in
+  // float64 (86).
+  static constexpr int kClPartialsMinBlocks = sizeof(T) == 8 ? 2 : sizeof(T) == 4 ? 4 : 3;
   static constexpr bool kPartials = kSource == Source::kInstance;
   static constexpr bool kCoefKnown = kSource == Source::kRunning;
   static constexpr int kMaxBlock = INSTANCE_NORM_NS::kMaxBlock;
@@ -1054,6 +1074,10 @@ struct Backward {
   }
   static constexpr int kInputs = 2;  // x, dy
   static constexpr bool kRunAhead = true;  // with kStreamAheadVectors (see stream_kernel)
+  static constexpr bool kShiftedSweep = false;  // its sums are plain already (3 operations an element)
+  // float32: 4 for the plain kernel (the 64 registers it took unbounded; a bound of 2 let ptxas take
+  // 84), 3 with an epilogue (it took 80; at 64 it spilled 16 / 36 bytes); 16-bit: 90-118, 2.
+  static constexpr int kClPartialsMinBlocks = sizeof(T) == 4 ? (Epi::kActive ? 3 : 4) : 2;
   static constexpr bool kPartials = true;
   static constexpr bool kCoefKnown = kSource == Source::kRunning;
   static constexpr int kMaxBlock = kBackwardMaxBlock;
@@ -2201,10 +2225,115 @@ cl_onchip_kernel(Params<typename Op::T> p, ClShape s) {
   }
 }
 
+// The forward's partial sweep over a thread's rows r0, r0 + step, ... of one chunk. The first batch
+// takes the corrected two-sweep (values_partial) and its mean becomes the shift k; later rows add
+// (x - k) and (x - k)^2 to plain sums (3 operations an element, 4 with the tail's select), folded
+// into the partial by Chan's merge every kClShiftBatches batches, after which k is the running mean.
+// Why: per batch the two-sweep and a merge with its division cost about 8 operations an element,
+// and the sweep was issue-bound (ncu, fp32 (112,64,512,512) channels_last: 75 % SM throughput,
+// 2.00 ms for 7.5 GB read; benchmarks/NOTES.md, thirteenth session).
+// Accuracy: a block of sums shifted by k loses about n_b (mean_b - k)^2 / m2 in its m2, and since k
+// is the mean of the m values merged before it, that is at most (m + n_b) / m times eps relative to
+// the merged m2 (Cauchy-Schwarz on the earlier values): 9 for the first block (m = R = 8, n_b = 64),
+// near 1 after it. Constant data stays exact (x - k == 0 once the first batch's mean is exact).
+inline constexpr int kClShiftBatches = 8;
+// Resident CTAs of kClSplitThreads per SM that the split's sweeps are compiled for. Each thread has
+// one batch of loads in flight (the partial sweep) or two (apply), so the bytes in flight per SM,
+// which set the bandwidth, grow with the CTAs that fit. ncu, (112,64,512,512) channels_last: the
+// bf16 partial sweep at 128 registers (2 CTAs) read at 3.5 TB/s, at 80 (3 CTAs, its partials in
+// shared memory) at 4.0 TB/s (0.94 ms); fp32 at 78 (3 CTAs) 4.5 TB/s, at 64 (4 CTAs) 4.6 TB/s
+// (1.64 ms). The apply at 154 registers (1 CTA) took 3.99 ms, at 122 (2 CTAs) 4.00 ms.
+// The apply is not held back by its residency: 4 rows a thread at 4 or 3 CTAs per SM, or one batch in
+// flight at 4, were no faster (fp32 main shape 0.988x / 0.996x / 1.03x, bf16 1.03x / 1.00x / 1.09x;
+// benchmarks/NOTES.md, session of 2026-11-30, fourteenth). It stays at 1.14x the copy.
+inline constexpr int kClApplyMinBlocks = 2;
+
+template <class Op, int R>
+__device__ __forceinline__ void cl_shifted_sweep(typename Op::Partial* mine, const Params<typename Op::T>& p,
+                                                 int64_t offset, int64_t r0, int64_t ty, int64_t row_end, int vec,
+                                                 bool active) {
+  using T = typename Op::T;
+  using acc_t = typename Op::acc_t;
+  using Partial = typename Op::Partial;
+  constexpr int kVec = Elem<T>::kVec;
+  static_assert(Op::kInputs == 1, "the shifted sweep reads one tensor");
+  const int64_t step = ty * R;
+  int64_t r = r0;
+  acc_t k[kVec];
+  {
+    // The first batch (or none): its corrected two-sweep, into the thread's slots of the scratch.
+    Partial first[kVec] = {};
+    const typename Op::Known known[kVec] = {};
+    if (r < row_end) {
+      uint4 raw[1][R];
+      const int count = cl_load_rows<Op, R, false>(raw, p, offset, r, ty, row_end, vec, active);
+      cl_accumulate<Op, Family::kNone, R>(first, raw, count, known, vec);
+      r += step;
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if (j < vec) mine[j] = first[j];
+      k[j] = first[j].mean;
+    }
+  }
+  while (r < row_end) {
+    acc_t s1[kVec], s2[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      s1[j] = acc_t(0);
+      s2[j] = acc_t(0);
+    }
+    int n = 0;
+    for (int b = 0; b < kClShiftBatches && r < row_end; ++b, r += step) {
+      uint4 raw[1][R];
+      const int count = cl_load_rows<Op, R, false>(raw, p, offset, r, ty, row_end, vec, active);
+      n += count;
+      if (count == R) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+#pragma unroll
+          for (int q = 0; q < R; ++q) {
+            const acc_t e = Elem<T>::get(raw[0][q], j) - k[j];
+            s1[j] += e;
+            s2[j] = fma(e, e, s2[j]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+#pragma unroll
+          for (int q = 0; q < R; ++q) {
+            const acc_t e = q < count ? Elem<T>::get(raw[0][q], j) - k[j] : acc_t(0);
+            s1[j] += e;
+            s2[j] = fma(e, e, s2[j]);
+          }
+        }
+      }
+    }
+    if (n > 0) {
+      const acc_t nb = static_cast<acc_t>(n);
+      const acc_t inv = acc_t(1) / nb;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        if (j < vec) {
+          const acc_t d = s1[j] * inv;
+          const acc_t m2 = s2[j] - s1[j] * d;
+          // k is mine[j].mean, so the block's offset from it is d itself: merging {k + d, ...} with
+          // combine would round k + d first and lose d's low bits when |k| >> |d| (1e4 + randn in
+          // float32: 2.0x eager's error against float64 instead of 1.0x; fourteenth session).
+          const Partial merged = combine_offset(mine[j], d, m2 > acc_t(0) ? m2 : acc_t(0), nb);
+          mine[j] = merged;
+          k[j] = merged.mean;
+        }
+      }
+    }
+  }
+}
+
 // Split, first sweep: work unit (n, tile, chunk of s.rows rows); one partial per instance and
 // chunk, at partials[instance * chunks + chunk] (the layout merge_partials_kernel reads).
 template <class Op>
-__global__ void __launch_bounds__(kClSplitThreads)
+__global__ void __launch_bounds__(kClSplitThreads, Op::kClPartialsMinBlocks)
 cl_partials_kernel(Params<typename Op::T> p, ClShape s, typename Op::Partial* partials) {
   using T = typename Op::T;
   using Partial = typename Op::Partial;
@@ -2225,21 +2354,29 @@ cl_partials_kernel(Params<typename Op::T> p, ClShape s, typename Op::Partial* pa
     const bool active = th.in_block && c0 < C;
     const int64_t offset = n * M * C + c0;
     const int64_t row_end = min(M, (chunk + 1) * s.rows);
-    typename Op::Known known[kVec];
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) known[j] = Op::known(p, n * C + (active && j < s.vec ? c0 + j : 0));
-    Partial acc[kVec] = {};
-    with_op_activation<Op>(p, [&](auto tag) {
-      for (int64_t r = chunk * s.rows + th.ty; r < row_end; r += int64_t(s.ty) * R) {
-        uint4 raw[Op::kInputs][R];
-        const int count = cl_load_rows<Op, R, false>(raw, p, offset, r, s.ty, row_end, s.vec, active);
-        cl_accumulate<Op, decltype(tag)::kFamily, R>(acc, raw, count, known, s.vec);
+    if constexpr (Op::kShiftedSweep) {
+      // The partials live in the thread's scratch slots (registers for more CTAs per SM).
+      if (th.in_block) {
+        cl_shifted_sweep<Op, R>(scratch + th.ty * columns + th.tx * s.vec, p, offset, chunk * s.rows + th.ty, s.ty,
+                                row_end, s.vec, active);
       }
-    });
-    if (th.in_block) {
+    } else {
+      typename Op::Known known[kVec];
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        if (j < s.vec) scratch[th.ty * columns + th.tx * s.vec + j] = acc[j];
+      for (int j = 0; j < kVec; ++j) known[j] = Op::known(p, n * C + (active && j < s.vec ? c0 + j : 0));
+      Partial acc[kVec] = {};
+      with_op_activation<Op>(p, [&](auto tag) {
+        for (int64_t r = chunk * s.rows + th.ty; r < row_end; r += int64_t(s.ty) * R) {
+          uint4 raw[Op::kInputs][R];
+          const int count = cl_load_rows<Op, R, false>(raw, p, offset, r, s.ty, row_end, s.vec, active);
+          cl_accumulate<Op, decltype(tag)::kFamily, R>(acc, raw, count, known, s.vec);
+        }
+      });
+      if (th.in_block) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          if (j < s.vec) scratch[th.ty * columns + th.tx * s.vec + j] = acc[j];
+        }
       }
     }
     __syncthreads();
@@ -2252,46 +2389,59 @@ cl_partials_kernel(Params<typename Op::T> p, ClShape s, typename Op::Partial* pa
 }
 
 // Split, second sweep: the element map from the published statistics (or running statistics).
+// Its work is cut apart from the first sweep's chunks: the rows of every (n, tile) in order, n * tiles
+// + tile, as one sequence, in pieces of `span` rows, one per CTA (grid-stride), the pieces launched
+// in reverse order so that the first CTAs read what the first sweep read last (still in L2 when the
+// tensor is not much larger than it). The grid is about kClApplyWaves waves of resident CTAs (run()
+// sizes it; `span` is rounded up to whole rows of threads, so it may fall a CTA or two short):
+// with grid = the first sweep's units, fp32 (112,64,512,512) ran 16.1 waves of 2 CTAs per SM, and the
+// last wave held one CTA in eight.
 template <class Op>
-__global__ void __launch_bounds__(kClSplitThreads) cl_apply_kernel(Params<typename Op::T> p, ClShape s) {
+__global__ void __launch_bounds__(kClSplitThreads, kClApplyMinBlocks)
+cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span) {
   using T = typename Op::T;
   constexpr int kVec = Elem<T>::kVec;
-  constexpr int R = 8 / Op::kInputs;
+  constexpr int R = kClApplyRows / Op::kInputs;
   const int columns = s.tx * s.vec;
   const ClThread th(s);
   const int64_t C = p.channels, M = p.instance_size;
-  const int64_t per_n = int64_t(s.tiles) * s.chunks;
-  const int64_t units = (p.num_instances / C) * per_n;
-  for (int64_t i = blockIdx.x; i < units; i += gridDim.x) {
-    const int64_t work = units - 1 - i;
-    const int64_t n = work / per_n;
-    const int64_t tile = (work - n * per_n) / s.chunks;
-    const int64_t chunk = work - n * per_n - tile * s.chunks;
-    const int64_t c0 = tile * columns + int64_t(th.tx) * s.vec;
-    if (!th.in_block || c0 >= C) continue;
-    const int64_t offset = n * M * C + c0;
-    const int64_t row_end = min(M, (chunk + 1) * s.rows);
-    typename Op::Coef c[kVec];
+  const int64_t total = (p.num_instances / C) * s.tiles * M;
+  const int64_t pieces = (total + span - 1) / span;
+  const int64_t step = int64_t(s.ty) * R;
+  for (int64_t i = blockIdx.x; i < pieces; i += gridDim.x) {
+    int64_t pos = (pieces - 1 - i) * span;
+    const int64_t end = min(total, pos + span);
+    while (pos < end) {
+      const int64_t unit = pos / M;  // n * tiles + tile
+      const int64_t n = unit / s.tiles;
+      const int64_t tile = unit - n * s.tiles;
+      const int64_t row0 = pos - unit * M;
+      const int64_t row_end = min(M, row0 + (end - pos));
+      pos += row_end - row0;
+      const int64_t c0 = tile * columns + int64_t(th.tx) * s.vec;
+      if (!th.in_block || c0 >= C) continue;
+      const int64_t offset = n * M * C + c0;
+      typename Op::Coef c[kVec];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) c[j] = Op::published(p, n * C + c0 + (j < s.vec ? j : 0));
-    // Two batches in flight: the next one's loads are issued before this one's stores (program
-    // order; the compiler cannot move loads above stores that may alias them).
-    const int64_t step = int64_t(s.ty) * R;
-    with_op_activation<Op>(p, [&](auto tag) {
-      int64_t r = chunk * s.rows + th.ty;
-      uint4 raw[Op::kInputs][R];
-      cl_load_rows<Op, R>(raw, p, offset, r, s.ty, row_end, s.vec, true);
-      for (; r < row_end; r += step) {
-        uint4 next[Op::kInputs][R];
-        cl_load_rows<Op, R>(next, p, offset, r + step, s.ty, row_end, s.vec, true);
-        cl_store_rows<Op, decltype(tag)::kFamily, R>(p, raw, offset, r, s.ty, row_end, c, s.vec);
+      for (int j = 0; j < kVec; ++j) c[j] = Op::published(p, n * C + c0 + (j < s.vec ? j : 0));
+      // Two batches in flight: the next one's loads are issued before this one's stores (program
+      // order; the compiler cannot move loads above stores that may alias them).
+      with_op_activation<Op>(p, [&](auto tag) {
+        int64_t r = row0 + th.ty;
+        uint4 raw[Op::kInputs][R];
+        cl_load_rows<Op, R>(raw, p, offset, r, s.ty, row_end, s.vec, true);
+        for (; r < row_end; r += step) {
+          uint4 next[Op::kInputs][R];
+          cl_load_rows<Op, R>(next, p, offset, r + step, s.ty, row_end, s.vec, true);
+          cl_store_rows<Op, decltype(tag)::kFamily, R>(p, raw, offset, r, s.ty, row_end, c, s.vec);
 #pragma unroll
-        for (int t = 0; t < Op::kInputs; ++t) {
+          for (int t = 0; t < Op::kInputs; ++t) {
 #pragma unroll
-          for (int k = 0; k < R; ++k) raw[t][k] = next[t][k];
+            for (int k = 0; k < R; ++k) raw[t][k] = next[t][k];
+          }
         }
-      }
-    });
+      });
+    }
   }
 }
 
@@ -2488,9 +2638,9 @@ cudaError_t launch_cl_split(const Problem& pr, const Launch& launch, void* works
   using Partial = typename Op::Partial;
   const Params<T> p = params_of<T>(pr);
   const ClShape& s = launch.cl;
-  const int64_t units = (pr.num_instances / pr.channels) * s.tiles * s.chunks;
-  const unsigned grid = static_cast<unsigned>(grid_limit(units));
   if constexpr (Op::kPartials) {
+    const int64_t units = (pr.num_instances / pr.channels) * s.tiles * s.chunks;
+    const unsigned grid = static_cast<unsigned>(grid_limit(units));
     auto* partials = static_cast<Partial*>(workspace);
     const int smem = static_cast<int>(int64_t(s.ty) * s.tx * s.vec * sizeof(Partial));
     cl_partials_kernel<Op><<<grid, cl_block(s), smem, stream>>>(p, s, partials);
@@ -2499,7 +2649,7 @@ cudaError_t launch_cl_split(const Problem& pr, const Launch& launch, void* works
         <<<grid_limit((pr.num_instances + kWarpsPerMerge - 1) / kWarpsPerMerge), kMergeThreads, 0, stream>>>(
             p, partials, s.chunks);
   }
-  cl_apply_kernel<Op><<<grid, cl_block(s), 0, stream>>>(p, s);
+  cl_apply_kernel<Op><<<launch.grid, cl_block(s), 0, stream>>>(p, s, launch.cl_span);
   return cudaGetLastError();
 }
 
@@ -2552,6 +2702,15 @@ const void* kernel_for(DType dtype, Direction direction, Source source, bool epi
 
 const void* kernel_for(DType dtype, Direction direction, bool epilogue, const Plan& plan) {
   return kernel_for(dtype, direction, Source::kInstance, epilogue, plan);
+}
+
+const void* cl_split_kernel(DType dtype, Direction direction, Source source, bool epilogue, bool apply) {
+  return with_op(dtype, direction, source, epilogue, [&](auto op) -> const void* {
+    using Op = decltype(op);
+    if (apply) return reinterpret_cast<const void*>(&cl_apply_kernel<Op>);
+    if constexpr (Op::kPartials) return reinterpret_cast<const void*>(&cl_partials_kernel<Op>);
+    return nullptr;
+  });
 }
 
 int64_t chunks_per_instance(DType dtype, int64_t instance_size) {
@@ -2746,6 +2905,13 @@ constexpr int kClThreadChoices[] = {128, 256, 512};
 // give each CTA at least kClMinChunkBytes per input (its per-unit merge costs about a microsecond).
 constexpr int kClSplitWaves = 4;
 constexpr int64_t kClMinChunkBytes = 128 * 1024;
+// ... choosing among the counts within this many of kClSplitWaves' count, a CTA's fixed cost taken
+// as this many bytes of its sweep (about a microsecond of one CTA's share of the bandwidth).
+constexpr int64_t kClChunkWindow = 32;
+constexpr int64_t kClChunkFixedBytes = 16 * 1024;
+// The split's apply sweep: this many waves of resident CTAs, each at least one batch of rows per
+// thread (equal pieces: see cl_apply_kernel).
+constexpr int kClApplyWaves = 4;
 // Channels-last instances of at most this many rows take the onchip plan even when it leaves SMs idle.
 constexpr int64_t kClTinyRows = 256;
 // The heuristic: instances of up to kWarpPlanSlots vectors get a warp each, K growing with the
@@ -2845,9 +3011,11 @@ int64_t onchip_slots(const Plan& plan) { return int64_t(plan.vectors) * plan.thr
 
 // A channels-last CTA's coverage (see ClShape). cl_onchip: ceil(M / K) threads along the rows hold
 // the whole column, and as many threads along C as the CTA has room for (up to a warp); cl_split:
-// up to a warp along C, the rest along the rows, rows in chunks: about kClSplitWaves waves of CTAs
-// over `sms` SMs for `batch` samples.
-ClShape cl_shape(const Plan& plan, DType dtype, Direction direction, const Shape& shape, int64_t batch, int sms) {
+// up to a warp along C, the rest along the rows, rows in chunks: about kClSplitWaves waves of the
+// partial sweep's CTAs over `sms` SMs for `batch` samples, `per_sm` of them resident on an SM (0: as
+// many as the SM has threads for; run() passes the occupancy API's figure).
+ClShape cl_shape(const Plan& plan, DType dtype, Direction direction, const Shape& shape, int64_t batch, int sms,
+                 int per_sm = 0) {
   ClShape s{};
   s.vec = shape.cl_vectors ? vector_width(dtype) : 1;
   const int64_t units = (shape.channels + s.vec - 1) / s.vec;
@@ -2870,10 +3038,28 @@ ClShape cl_shape(const Plan& plan, DType dtype, Direction direction, const Shape
   const int64_t min_rows = std::max<int64_t>(int64_t(s.ty) * (8 / inputs_of(direction)),  // a load batch per thread
                                              kClMinChunkBytes / row_bytes);
   const int64_t per_chunk_ctas = std::max<int64_t>(1, batch * s.tiles);
-  const int64_t want = (int64_t(kClSplitWaves) * sms * (2048 / kClSplitThreads) + per_chunk_ctas - 1) / per_chunk_ctas;
+  const int64_t slots = int64_t(sms) * (per_sm > 0 ? per_sm : 2048 / kClSplitThreads);
+  const int64_t want = (int64_t(kClSplitWaves) * slots + per_chunk_ctas - 1) / per_chunk_ctas;
   const int64_t most = std::max<int64_t>(1, (M + min_rows - 1) / min_rows);
-  const int64_t chunks = std::max<int64_t>(1, std::min(want, most));
-  s.rows = ((M + chunks - 1) / chunks + s.ty - 1) / s.ty * s.ty;
+  // Around `want`, the chunk count whose waves of CTAs times a CTA's bytes (plus a fixed cost per
+  // CTA) is least: a count of CTAs just above a multiple of the resident ones leaves a last wave that
+  // idles most SMs (the cost is the makespan of equal CTAs dealt out in whole waves).
+  const int64_t row_cost = row_bytes * inputs_of(direction);
+  auto rows_of = [&](int64_t chunks) { return ((M + chunks - 1) / chunks + s.ty - 1) / s.ty * s.ty; };
+  const int64_t lo = std::max<int64_t>(1, std::min(most, want - kClChunkWindow));
+  const int64_t hi = std::max(lo, std::min(most, want + kClChunkWindow));
+  int64_t chunks = lo, best = -1;
+  for (int64_t c = lo; c <= hi; ++c) {
+    const int64_t rows = rows_of(c);
+    const int64_t count = (M + rows - 1) / rows;  // chunks of `rows` rows
+    const int64_t waves = (per_chunk_ctas * count + slots - 1) / slots;
+    const int64_t cost = waves * (rows * row_cost + kClChunkFixedBytes);
+    if (best < 0 || cost < best) {
+      best = cost;
+      chunks = c;
+    }
+  }
+  s.rows = rows_of(chunks);
   s.chunks = std::max<int64_t>(1, (M + s.rows - 1) / s.rows);
   return s;
 }
@@ -3306,11 +3492,33 @@ void run(const Plan& plan, const Problem& problem) {
   if (plan.channels_last()) {
     const int64_t batch = problem.num_instances / problem.channels;
     const Shape shape{problem.instance_size, problem.channels, true, problem.cl_vectors, batch, true};
-    launch.cl = cl_shape(plan, problem.dtype, problem.direction, shape, batch, device_info().sms);
+    const int sms = device_info().sms;
+    launch.cl = cl_shape(plan, problem.dtype, problem.direction, shape, batch, sms);
     launch.block = cl_block(launch.cl);
     if (plan.regime == Regime::kClSplit) {
+      const bool epilogue = has_epilogue(problem);
       const bool partials = problem.direction == Direction::kBackward || problem.source == Source::kInstance;
-      if (partials) allocate(P * launch.cl.chunks * partial_bytes(problem.dtype, problem.direction));
+      if (partials) {
+        // The chunks again, for the partial sweep's real residency (the CTA's shape does not change).
+        const ClShape& s = launch.cl;
+        const int64_t smem = int64_t(s.ty) * s.tx * s.vec * partial_bytes(problem.dtype, problem.direction);
+        const int resident = resident_units(
+            cl_split_kernel(problem.dtype, problem.direction, problem.source, epilogue, false), 1, launch.block, smem);
+        IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
+        launch.cl = cl_shape(plan, problem.dtype, problem.direction, shape, batch, sms, std::max(1, resident / sms));
+        allocate(P * launch.cl.chunks * partial_bytes(problem.dtype, problem.direction));
+      }
+      const int resident = resident_units(
+          cl_split_kernel(problem.dtype, problem.direction, problem.source, epilogue, true), 1, launch.block, 0);
+      IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
+      const ClShape& s = launch.cl;
+      const int64_t total = batch * s.tiles * problem.instance_size;
+      const int64_t batch_rows = int64_t(s.ty) * (kClApplyRows / inputs_of(problem.direction));  // a load batch a thread
+      const int64_t pieces = std::max<int64_t>(
+          1, std::min<int64_t>(int64_t(resident) * kClApplyWaves, (total + batch_rows - 1) / batch_rows));
+      launch.cl_span = std::max<int64_t>(1, ((total + pieces - 1) / pieces + s.ty - 1) / s.ty * s.ty);
+      launch.grid = static_cast<unsigned>(
+          std::min<int64_t>(kMaxGrid, std::max<int64_t>(1, (total + launch.cl_span - 1) / launch.cl_span)));
     } else {
       launch.smem = static_cast<int>(cl_onchip_smem(launch.cl, problem.dtype, problem.direction));
       IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan), 1,

@@ -57,6 +57,9 @@ def main():
     parser.add_argument("--shapes", default="main,quick")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--plans", action="store_true")
+    parser.add_argument("--channels-last", action="store_true", help="channels_last (4-D) / channels_last_3d (5-D) input")
+    parser.add_argument("--backward", action="store_true",
+                        help="also time the backward (autograd.grad of the module's output), against the add floor")
     parser.add_argument("--eval", action="store_true",
                         help="also time eval mode with running statistics (old, new, new + leaky_relu)")
     args = parser.parse_args()
@@ -64,6 +67,8 @@ def main():
     for shape in parse_shapes(args.shapes):
         for dtype in args.dtypes.split(","):
             x = torch.randn(shape, device="cuda", dtype=getattr(torch, dtype))
+            if args.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
             out = torch.empty_like(x)
             row = {"copy": bench(lambda: out.copy_(x))}
             with torch.no_grad():
@@ -74,8 +79,19 @@ def main():
                     fused = new.InstanceNormAct2d(shape[1], activation="leaky_relu").cuda()
                     row["new_leaky"] = bench(lambda: fused(x))
             cells = " ".join(f"{k}={v:.1f}us" for k, v in row.items())
-            print(f"{dtype} {tuple(shape)} {new.chosen_plan(x)}: {cells} new/old={row['new'] / row['old']:.3f}",
-                  flush=True)
+            print(f"{dtype} {tuple(shape)} {new.chosen_plan(x)}: {cells} new/old={row['new'] / row['old']:.3f} "
+                  f"new/copy={row['new'] / row['copy']:.3f}", flush=True)
+            if args.backward:
+                dy = torch.randn_like(x)
+                row = {"add": bench(lambda: torch.add(x, dy, out=out))}
+                for name, module in (("old", old), ("new", new)):
+                    norm = module.ModelNew(shape[1], affine=True).cuda()
+                    xg = x.detach().requires_grad_()
+                    y = norm(xg)
+                    row[f"bwd_{name}"] = bench(lambda: torch.autograd.grad(y, xg, dy, retain_graph=True))
+                cells = " ".join(f"{k}={v:.1f}us" for k, v in row.items())
+                print(f"    backward {dtype} {tuple(shape)}: {cells} new/old={row['bwd_new'] / row['bwd_old']:.3f} "
+                      f"new/add={row['bwd_new'] / row['add']:.3f}", flush=True)
             if args.eval:
                 row = {"copy": row["copy"]}
                 with torch.no_grad():
