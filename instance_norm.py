@@ -1076,7 +1076,8 @@ struct Backward {
   static constexpr bool kRunAhead = true;  // with kStreamAheadVectors (see stream_kernel)
   static constexpr bool kShiftedSweep = false;  // its sums are plain already (3 operations an element)
   // float32: 4 for the plain kernel (the 64 registers it took unbounded; a bound of 2 let ptxas take
-  // 84), 3 with an epilogue (it took 80; at 64 it spilled 16 / 36 bytes); 16-bit: 90-118, 2.
+  // 84), 3 with an epilogue (80 unbounded and at this bound; a review's ptxas run found 16 / 36 bytes
+  // of spills at 64); 16-bit: 2 (96-118 registers). ptxas: benchmarks/prototypes/ptxas_cl_*_s18.txt.
   static constexpr int kClPartialsMinBlocks = sizeof(T) == 4 ? (Epi::kActive ? 3 : 4) : 2;
   static constexpr bool kPartials = true;
   static constexpr bool kCoefKnown = kSource == Source::kRunning;
