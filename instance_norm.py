@@ -150,8 +150,8 @@ inline constexpr int kVectorBytes = 16;
 inline constexpr int kClOnchipThreads = 512;     // channels-last onchip: the largest CTA
 inline constexpr int kClSplitThreads = 256;      // channels-last split: partial and apply sweeps
 inline constexpr int kClMaxColumnThreads = 32;   // channels-last: threads along C in a CTA (a tile)
-inline constexpr int kClApplyRows = 8;           // channels-last split, apply: rows per thread and batch
-                                                 // (over the inputs: 8 of x, 4 each of x and dy)
+inline constexpr int kClSplitRows = 8;           // channels-last split, both sweeps: rows per thread and
+                                                 // load batch over the inputs (8 of x, 4 each of x and dy)
 inline constexpr int kFlatThreads = 256;         // flat: a CTA's size
 inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's values, at most (up to G = 32)
 inline constexpr int kFlatMaxPerThread = 128;    // flat: ... in any plan (its float32 sums run in sequence: a
@@ -516,27 +516,24 @@ __device__ __forceinline__ acc_t divide_by_count(acc_t x, acc_t n) {
   return fma(fma(-q, n, x), r, q);
 }
 
-// Chan et al.'s pairwise merge: exact for constant data and free of cancellation.
-template <typename acc_t>
-__device__ __forceinline__ Stats<acc_t> combine(const Stats<acc_t>& a, const Stats<acc_t>& b) {
-  const acc_t n = a.n + b.n;
-  // Correctly rounded b.n / n: into an empty `a` (a running merge starts from one) b weighs exactly
-  // 1, equal halves exactly 0.5, and two empty partials 0 / 1. No branch on a.n == 0: with one the
-  // stream kernel ran 1.49x slower (main shape fp32 5.67 against 3.80 ms, bf16 3.11 against 2.16 ms;
-  // A/B in one run, benchmarks/NOTES.md, session of 2026-11-29, fifth).
-  const acc_t wb = divide_by_count(b.n, n > acc_t(1) ? n : acc_t(1));
-  const acc_t delta = b.mean - a.mean;
-  // a.n * wb first: 0 when `a` is empty, even where delta * delta would overflow.
-  return {a.mean + delta * wb, a.m2 + b.m2 + a.n * wb * delta * delta, n};
-}
-
-// Chan's merge of `a` with a partial of count nb and sum of squares m2 whose mean is a.mean + delta,
-// given as delta (a shifted sum's mean): the same formula without rounding a.mean + delta first.
+// Chan et al.'s pairwise merge of `a` with a partial of count nb and sum of squares m2 whose mean is
+// a.mean + delta, given as delta: exact for constant data and free of cancellation. The shifted sweep
+// (cl_shifted_sweep) passes its block's offset as delta, so that a.mean + delta is never rounded first.
 template <typename acc_t>
 __device__ __forceinline__ Stats<acc_t> combine_offset(const Stats<acc_t>& a, acc_t delta, acc_t m2, acc_t nb) {
   const acc_t n = a.n + nb;
+  // Correctly rounded nb / n: into an empty `a` (a running merge starts from one) b weighs exactly
+  // 1, equal halves exactly 0.5, and two empty partials 0 / 1. No branch on a.n == 0: with one the
+  // stream kernel ran 1.49x slower (main shape fp32 5.67 against 3.80 ms, bf16 3.11 against 2.16 ms;
+  // A/B in one run, benchmarks/NOTES.md, session of 2026-11-29, fifth).
   const acc_t wb = divide_by_count(nb, n > acc_t(1) ? n : acc_t(1));
+  // a.n * wb first: 0 when `a` is empty, even where delta * delta would overflow.
   return {a.mean + delta * wb, a.m2 + m2 + a.n * wb * delta * delta, n};
+}
+
+template <typename acc_t>
+__device__ __forceinline__ Stats<acc_t> combine(const Stats<acc_t>& a, const Stats<acc_t>& b) {
+  return combine_offset(a, b.mean - a.mean, b.m2, b.n);
 }
 
 // Chan's merge of two partials of equal count (the lanes of a butterfly when a CTA's threads hold
@@ -2340,7 +2337,7 @@ cl_partials_kernel(Params<typename Op::T> p, ClShape s, typename Op::Partial* pa
   using T = typename Op::T;
   using Partial = typename Op::Partial;
   constexpr int kVec = Elem<T>::kVec;
-  constexpr int R = 8 / Op::kInputs;  // rows in flight per thread and input
+  constexpr int R = kClSplitRows / Op::kInputs;  // rows in flight per thread and input
   extern __shared__ uint4 cl_storage[];
   Partial* scratch = reinterpret_cast<Partial*>(cl_storage);
   const int columns = s.tx * s.vec;
@@ -2403,7 +2400,7 @@ __global__ void __launch_bounds__(kClSplitThreads, kClApplyMinBlocks)
 cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span) {
   using T = typename Op::T;
   constexpr int kVec = Elem<T>::kVec;
-  constexpr int R = kClApplyRows / Op::kInputs;
+  constexpr int R = kClSplitRows / Op::kInputs;
   const int columns = s.tx * s.vec;
   const ClThread th(s);
   const int64_t C = p.channels, M = p.instance_size;
@@ -3037,7 +3034,7 @@ ClShape cl_shape(const Plan& plan, DType dtype, Direction direction, const Shape
   s.tiles = static_cast<int>((units + tx - 1) / tx);
   s.ty = std::max(1, kClSplitThreads / s.tx);
   const int64_t row_bytes = int64_t(s.tx) * s.vec * element_bytes(dtype);
-  const int64_t min_rows = std::max<int64_t>(int64_t(s.ty) * (8 / inputs_of(direction)),  // a load batch per thread
+  const int64_t min_rows = std::max<int64_t>(int64_t(s.ty) * (kClSplitRows / inputs_of(direction)),  // a load batch a thread
                                              kClMinChunkBytes / row_bytes);
   const int64_t per_chunk_ctas = std::max<int64_t>(1, batch * s.tiles);
   const int64_t slots = int64_t(sms) * (per_sm > 0 ? per_sm : 2048 / kClSplitThreads);
@@ -3515,7 +3512,7 @@ void run(const Plan& plan, const Problem& problem) {
       IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
       const ClShape& s = launch.cl;
       const int64_t total = batch * s.tiles * problem.instance_size;
-      const int64_t batch_rows = int64_t(s.ty) * (kClApplyRows / inputs_of(problem.direction));  // a load batch a thread
+      const int64_t batch_rows = int64_t(s.ty) * (kClSplitRows / inputs_of(problem.direction));  // a load batch a thread
       const int64_t pieces = std::max<int64_t>(
           1, std::min<int64_t>(int64_t(resident) * kClApplyWaves, (total + batch_rows - 1) / batch_rows));
       launch.cl_span = std::max<int64_t>(1, ((total + pieces - 1) / pieces + s.ty - 1) / s.ty * s.ty);
