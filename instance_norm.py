@@ -144,6 +144,7 @@ inline constexpr int kChunkVectorsPerThread = 8;
 inline constexpr int kMergeThreads = 256;        // multi_cta merge and the per-channel kernels: a warp
                                                  // per instance or channel
 inline constexpr int64_t kMaxGrid = int64_t(1) << 22;  // grid-stride loops beyond this many CTAs
+inline constexpr int64_t kMaxGridY = 65535;      // the CUDA limit of gridDim.y
 inline constexpr int kStaticSmemReserve = 4096;  // a kernel's static shared memory, kept out of the
                                                  // dynamic grant
 inline constexpr int kVectorBytes = 16;
@@ -152,6 +153,13 @@ inline constexpr int kClSplitThreads = 256;      // channels-last split: partial
 inline constexpr int kClMaxColumnThreads = 32;   // channels-last: threads along C in a CTA (a tile)
 inline constexpr int kClSplitRows = 8;           // channels-last split, both sweeps: rows per thread and
                                                  // load batch over the inputs (8 of x, 4 each of x and dy)
+inline constexpr int kClApplyRows = 8;           // channels-last split, the apply of 4-byte and wider types:
+                                                 // rows per thread and input of its one-shot CTAs
+// The split's apply: rows per thread and input in a batch (see cl_apply_kernel). 16-bit types
+// sweep pieces, two batches in flight, of kClSplitRows rows over the inputs.
+constexpr int cl_apply_rows(int element_bytes, int inputs) {
+  return element_bytes == 2 ? kClSplitRows / inputs : kClApplyRows;
+}
 inline constexpr int kFlatThreads = 256;         // flat: a CTA's size
 inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's values, at most (up to G = 32)
 inline constexpr int kFlatMaxPerThread = 128;    // flat: ... in any plan (its float32 sums run in sequence: a
@@ -268,7 +276,7 @@ struct Launch {
   int smem;
   int slice_vectors;  // stream plans: one CTA's slice of an instance, in vectors
   ClShape cl;         // channels-last plans
-  int64_t cl_span;    // cl_split: rows of one apply CTA (grid: the apply's CTAs; see cl_apply_kernel)
+  int64_t cl_span;    // cl_split: the apply's rows per CTA and (n, tile) unit (see cl_apply_kernel)
   FlatShape flat;     // flat plans
 };
 
@@ -2240,10 +2248,10 @@ inline constexpr int kClShiftBatches = 8;
 // which set the bandwidth, grow with the CTAs that fit. ncu, (112,64,512,512) channels_last: the
 // bf16 partial sweep at 128 registers (2 CTAs) read at 3.5 TB/s, at 80 (3 CTAs, its partials in
 // shared memory) at 4.0 TB/s (0.94 ms); fp32 at 78 (3 CTAs) 4.5 TB/s, at 64 (4 CTAs) 4.6 TB/s
-// (1.64 ms). The apply at 154 registers (1 CTA) took 3.99 ms, at 122 (2 CTAs) 4.00 ms.
-// The apply is not held back by its residency: 4 rows a thread at 4 or 3 CTAs per SM, or one batch in
-// flight at 4, were no faster (fp32 main shape 0.988x / 0.996x / 1.03x, bf16 1.03x / 1.00x / 1.09x;
-// benchmarks/NOTES.md, session of 2026-11-30, fourteenth). It stays at 1.14x the copy.
+// (1.64 ms). The apply as a persistent sweep at 154 registers (1 CTA) took 3.99 ms, at 122 (2 CTAs)
+// 4.00 ms; 4 rows a thread at 4 or 3 CTAs per SM, or one batch in flight at 4, were no faster (fp32
+// main shape 0.988x / 0.996x / 1.03x, bf16 1.03x / 1.00x / 1.09x; benchmarks/NOTES.md, fourteenth
+// session). Residency did not hold it back; being persistent did (see cl_apply_kernel).
 inline constexpr int kClApplyMinBlocks = 2;
 
 template <class Op, int R>
@@ -2388,59 +2396,74 @@ cl_partials_kernel(Params<typename Op::T> p, ClShape s, typename Op::Partial* pa
 }
 
 // Split, second sweep: the element map from the published statistics (or running statistics).
-// Its work is cut apart from the first sweep's chunks: the rows of every (n, tile) in order, n * tiles
-// + tile, as one sequence, in pieces of `span` rows, one per CTA (grid-stride), the pieces launched
-// in reverse order so that the first CTAs read what the first sweep read last (still in L2 when the
-// tensor is not much larger than it). The grid is about kClApplyWaves waves of resident CTAs (run()
-// sizes it; `span` is rounded up to whole rows of threads, so it may fall a CTA or two short):
-// with grid = the first sweep's units, fp32 (112,64,512,512) ran 16.1 waves of 2 CTAs per SM, and the
-// last wave held one CTA in eight.
+// CTA (x, y) maps rows [x * span, x * span + span) of one (n, tile) unit, a batch of kClApplyRows
+// rows a thread (of every input) at a time, the next batch's loads issued before this one's
+// stores; y walks the units (a grid-stride loop beyond kMaxGridY of them). Both run in reverse, so
+// that the first CTAs read what the first sweep read last (still in L2 when the tensor is not much
+// larger than it). The first row of threads computes the unit's coefficients into shared memory.
+// The host sets span (run()): 4-byte and wider types one batch (one-shot CTAs), 16-bit types
+// pieces over about kClApplyWaves waves of resident CTAs. Why: at fp32 (112,64,512,512)
+// channels_last the persistent sweep in pieces took 4.00 ms under ncu (1.14x the copy), and a
+// persistent Triton copy of the same bytes stays at 3.78-3.93 TB/s in pieces of any size over 1-64
+// CTAs per SM, where one-shot CTAs reach the copy's 4.26; one-shot CTAs here took the fp32 forward
+// 5.69 -> 5.33 ms, but the bf16 forward 2.86 -> 3.06 (benchmarks/NOTES.md, session of 2026-11-30,
+// fifteenth). Each thread computing its own coefficients made one-shot CTAs of 2 rows a thread 1.8x
+// (fp32) to 3.6x (bf16) slower than the pieces.
 template <class Op>
 __global__ void __launch_bounds__(kClSplitThreads, kClApplyMinBlocks)
 cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span) {
   using T = typename Op::T;
+  using Coef = typename Op::Coef;
   constexpr int kVec = Elem<T>::kVec;
-  constexpr int R = kClSplitRows / Op::kInputs;
+  constexpr bool kPieces = sizeof(T) == 2;
+  constexpr int R = cl_apply_rows(sizeof(T), Op::kInputs);
+  __shared__ Coef shared_coef[kClMaxColumnThreads * kVec];
   const int columns = s.tx * s.vec;
   const ClThread th(s);
   const int64_t C = p.channels, M = p.instance_size;
-  const int64_t total = (p.num_instances / C) * s.tiles * M;
-  const int64_t pieces = (total + span - 1) / span;
+  const int64_t units = (p.num_instances / C) * s.tiles;
   const int64_t step = int64_t(s.ty) * R;
-  for (int64_t i = blockIdx.x; i < pieces; i += gridDim.x) {
-    int64_t pos = (pieces - 1 - i) * span;
-    const int64_t end = min(total, pos + span);
-    while (pos < end) {
-      const int64_t unit = pos / M;  // n * tiles + tile
-      const int64_t n = unit / s.tiles;
-      const int64_t tile = unit - n * s.tiles;
-      const int64_t row0 = pos - unit * M;
-      const int64_t row_end = min(M, row0 + (end - pos));
-      pos += row_end - row0;
-      const int64_t c0 = tile * columns + int64_t(th.tx) * s.vec;
-      if (!th.in_block || c0 >= C) continue;
-      const int64_t offset = n * M * C + c0;
-      typename Op::Coef c[kVec];
+  const int64_t row0 = (int64_t(gridDim.x) - 1 - blockIdx.x) * span;
+  const int64_t row_end = min(M, row0 + span);
+  for (int64_t u = blockIdx.y; u < units; u += gridDim.y) {
+    const int64_t unit = units - 1 - u;  // n * tiles + tile
+    const int64_t n = s.tiles == 1 ? unit : unit / s.tiles;
+    const int64_t tile = unit - n * s.tiles;
+    const int64_t c0 = tile * columns + int64_t(th.tx) * s.vec;
+    const bool active = th.in_block && c0 < C;
+    const int64_t offset = n * M * C + c0;
+    uint4 raw[Op::kInputs][R];
+    cl_load_rows<Op, R>(raw, p, offset, row0 + th.ty, s.ty, row_end, s.vec, active);
+    if (th.ty == 0 && active) {
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) c[j] = Op::published(p, n * C + c0 + (j < s.vec ? j : 0));
-      // Two batches in flight: the next one's loads are issued before this one's stores (program
-      // order; the compiler cannot move loads above stores that may alias them).
+      for (int j = 0; j < kVec; ++j) {
+        if (j < s.vec) shared_coef[th.tx * s.vec + j] = Op::published(p, n * C + c0 + j);
+      }
+    }
+    __syncthreads();
+    if (active) {
+      Coef c[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) c[j] = shared_coef[th.tx * s.vec + (j < s.vec ? j : 0)];
       with_op_activation<Op>(p, [&](auto tag) {
-        int64_t r = row0 + th.ty;
-        uint4 raw[Op::kInputs][R];
-        cl_load_rows<Op, R>(raw, p, offset, r, s.ty, row_end, s.vec, true);
-        for (; r < row_end; r += step) {
-          uint4 next[Op::kInputs][R];
-          cl_load_rows<Op, R>(next, p, offset, r + step, s.ty, row_end, s.vec, true);
-          cl_store_rows<Op, decltype(tag)::kFamily, R>(p, raw, offset, r, s.ty, row_end, c, s.vec);
+        if constexpr (kPieces) {
+          for (int64_t batch = row0; batch < row_end; batch += step) {
+            const int64_t r = batch + th.ty;
+            uint4 next[Op::kInputs][R];
+            cl_load_rows<Op, R>(next, p, offset, r + step, s.ty, row_end, s.vec, true);
+            cl_store_rows<Op, decltype(tag)::kFamily, R>(p, raw, offset, r, s.ty, row_end, c, s.vec);
 #pragma unroll
-          for (int t = 0; t < Op::kInputs; ++t) {
+            for (int t = 0; t < Op::kInputs; ++t) {
 #pragma unroll
-            for (int k = 0; k < R; ++k) raw[t][k] = next[t][k];
+              for (int k = 0; k < R; ++k) raw[t][k] = next[t][k];
+            }
           }
+        } else {
+          cl_store_rows<Op, decltype(tag)::kFamily, R>(p, raw, offset, row0 + th.ty, s.ty, row_end, c, s.vec);
         }
       });
     }
+    if (u + gridDim.y < units) __syncthreads();  // the next unit's coefficients overwrite these
   }
 }
 
@@ -2648,7 +2671,10 @@ cudaError_t launch_cl_split(const Problem& pr, const Launch& launch, void* works
         <<<grid_limit((pr.num_instances + kWarpsPerMerge - 1) / kWarpsPerMerge), kMergeThreads, 0, stream>>>(
             p, partials, s.chunks);
   }
-  cl_apply_kernel<Op><<<launch.grid, cl_block(s), 0, stream>>>(p, s, launch.cl_span);
+  // The apply: launch.grid blocks of rows by the (n, tile) units (see cl_apply_kernel).
+  const int64_t units = (pr.num_instances / pr.channels) * s.tiles;
+  const dim3 apply_grid(launch.grid, static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, kMaxGridY))));
+  cl_apply_kernel<Op><<<apply_grid, cl_block(s), 0, stream>>>(p, s, launch.cl_span);
   return cudaGetLastError();
 }
 
@@ -2908,8 +2934,7 @@ constexpr int64_t kClMinChunkBytes = 128 * 1024;
 // as this many bytes of its sweep (about a microsecond of one CTA's share of the bandwidth).
 constexpr int64_t kClChunkWindow = 32;
 constexpr int64_t kClChunkFixedBytes = 16 * 1024;
-// The split's apply sweep: this many waves of resident CTAs, each at least one batch of rows per
-// thread (equal pieces: see cl_apply_kernel).
+// The split's apply for 16-bit types: this many waves of resident CTAs (see cl_apply_kernel).
 constexpr int kClApplyWaves = 4;
 // Channels-last instances of at most this many rows take the onchip plan even when it leaves SMs idle.
 constexpr int64_t kClTinyRows = 256;
@@ -3510,14 +3535,20 @@ void run(const Plan& plan, const Problem& problem) {
       const int resident = resident_units(
           cl_split_kernel(problem.dtype, problem.direction, problem.source, epilogue, true), 1, launch.block, 0);
       IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
-      const ClShape& s = launch.cl;
-      const int64_t total = batch * s.tiles * problem.instance_size;
-      const int64_t batch_rows = int64_t(s.ty) * (kClSplitRows / inputs_of(problem.direction));  // a load batch a thread
-      const int64_t pieces = std::max<int64_t>(
-          1, std::min<int64_t>(int64_t(resident) * kClApplyWaves, (total + batch_rows - 1) / batch_rows));
-      launch.cl_span = std::max<int64_t>(1, ((total + pieces - 1) / pieces + s.ty - 1) / s.ty * s.ty);
-      launch.grid = static_cast<unsigned>(
-          std::min<int64_t>(kMaxGrid, std::max<int64_t>(1, (total + launch.cl_span - 1) / launch.cl_span)));
+      // The apply (see cl_apply_kernel): grid.x blocks of cl_span rows by grid.y (n, tile) units
+      // (launch_cl_split). One batch of rows (one-shot CTAs) for 4-byte and wider types; pieces
+      // over about kClApplyWaves waves of resident CTAs for 16-bit types.
+      const bool sixteen_bit = problem.dtype == DType::kHalf || problem.dtype == DType::kBFloat16;
+      const int64_t step = int64_t(launch.cl.ty) * cl_apply_rows(sixteen_bit ? 2 : 4, inputs_of(problem.direction));
+      const int64_t batches = (problem.instance_size + step - 1) / step;
+      const int64_t units = batch * launch.cl.tiles;
+      const int64_t waves_pieces = (int64_t(resident) * kClApplyWaves + units - 1) / std::max<int64_t>(1, units);
+      const int64_t pieces = sixteen_bit ? std::min<int64_t>(batches, std::max<int64_t>(1, waves_pieces)) : batches;
+      launch.cl_span = (batches + pieces - 1) / pieces * step;
+      const int64_t row_blocks = (problem.instance_size + launch.cl_span - 1) / launch.cl_span;
+      IN_CHECK(row_blocks <= int64_t(INT32_MAX), "instance_norm: instances of ", problem.instance_size,
+               " rows are too long for the channels-last plans");
+      launch.grid = static_cast<unsigned>(std::max<int64_t>(1, row_blocks));
     } else {
       launch.smem = static_cast<int>(cl_onchip_smem(launch.cl, problem.dtype, problem.direction));
       IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan), 1,
