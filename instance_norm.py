@@ -151,8 +151,9 @@ inline constexpr int kVectorBytes = 16;
 inline constexpr int kClOnchipThreads = 512;     // channels-last onchip: the largest CTA
 inline constexpr int kClSplitThreads = 256;      // channels-last split: partial and apply sweeps
 inline constexpr int kClMaxColumnThreads = 32;   // channels-last: threads along C in a CTA (a tile)
-inline constexpr int kClSplitRows = 8;           // channels-last split, both sweeps: rows per thread and
-                                                 // load batch over the inputs (8 of x, 4 each of x and dy)
+inline constexpr int kClSplitRows = 8;           // channels-last split, the partial sweep and the 16-bit apply:
+                                                 // rows per thread and load batch over the inputs (8 of x, 4
+                                                 // each of x and dy)
 inline constexpr int kClApplyRows = 8;           // channels-last split, the apply of 4-byte and wider types:
                                                  // rows per thread and input of its one-shot CTAs
 // The split's apply: rows per thread and input in a batch (see cl_apply_kernel). 16-bit types
@@ -2244,7 +2245,7 @@ cl_onchip_kernel(Params<typename Op::T> p, ClShape s) {
 // near 1 after it. Constant data stays exact (x - k == 0 once the first batch's mean is exact).
 inline constexpr int kClShiftBatches = 8;
 // Resident CTAs of kClSplitThreads per SM that the split's sweeps are compiled for. Each thread has
-// one batch of loads in flight (the partial sweep) or two (apply), so the bytes in flight per SM,
+// one batch of loads in flight (the partial sweep) or two (the 16-bit apply), so the bytes in flight per SM,
 // which set the bandwidth, grow with the CTAs that fit. ncu, (112,64,512,512) channels_last: the
 // bf16 partial sweep at 128 registers (2 CTAs) read at 3.5 TB/s, at 80 (3 CTAs, its partials in
 // shared memory) at 4.0 TB/s (0.94 ms); fp32 at 78 (3 CTAs) 4.5 TB/s, at 64 (4 CTAs) 4.6 TB/s
@@ -2396,19 +2397,20 @@ cl_partials_kernel(Params<typename Op::T> p, ClShape s, typename Op::Partial* pa
 }
 
 // Split, second sweep: the element map from the published statistics (or running statistics).
-// CTA (x, y) maps rows [x * span, x * span + span) of one (n, tile) unit, a batch of kClApplyRows
-// rows a thread (of every input) at a time, the next batch's loads issued before this one's
-// stores; y walks the units (a grid-stride loop beyond kMaxGridY of them). Both run in reverse, so
-// that the first CTAs read what the first sweep read last (still in L2 when the tensor is not much
-// larger than it). The first row of threads computes the unit's coefficients into shared memory.
-// The host sets span (run()): 4-byte and wider types one batch (one-shot CTAs), 16-bit types
-// pieces over about kClApplyWaves waves of resident CTAs. Why: at fp32 (112,64,512,512)
-// channels_last the persistent sweep in pieces took 4.00 ms under ncu (1.14x the copy), and a
-// persistent Triton copy of the same bytes stays at 3.78-3.93 TB/s in pieces of any size over 1-64
-// CTAs per SM, where one-shot CTAs reach the copy's 4.26; one-shot CTAs here took the fp32 forward
-// 5.69 -> 5.33 ms, but the bf16 forward 2.86 -> 3.06 (benchmarks/NOTES.md, session of 2026-11-30,
-// fifteenth). Each thread computing its own coefficients made one-shot CTAs of 2 rows a thread 1.8x
-// (fp32) to 3.6x (bf16) slower than the pieces.
+// CTA (x, y) maps `span` rows of one (n, tile) unit: rows [x' * span, x' * span + span) with
+// x' = gridDim.x - 1 - x, of unit units - 1 - y (both in reverse, so that the first CTAs read what
+// the first sweep read last: still in L2 when the tensor is not much larger than it); y walks the
+// units in a grid-stride loop beyond kMaxGridY of them. The first row of threads computes the
+// unit's coefficients into shared memory. The host sets span (run()): for 4-byte and wider types
+// one batch of kClApplyRows rows a thread (one-shot CTAs); for 16-bit types pieces over about
+// kClApplyWaves waves of resident CTAs, in batches of kClSplitRows / inputs rows a thread, the next
+// batch's loads issued before this one's stores. Why: at fp32 (112,64,512,512) channels_last the
+// persistent sweep in pieces took 4.00 ms under ncu (1.14x the copy), and persistent Triton copies
+// of the same bytes stay at 3.72-3.98 TB/s in pieces of any size over 1-64 CTAs per SM, where
+// one-shot CTAs of 1024 elements reach 4.26 (the copy: 4.29). One-shot CTAs here took the fp32
+// forward 5.67 -> 5.31 ms, but the bf16 forward 2.86 -> 3.06 (benchmarks/NOTES.md, session of
+// 2026-11-30, fifteenth). Each thread computing its own coefficients made one-shot CTAs of 1 row a
+// thread 1.8x (fp32) to 3.6x (bf16) slower than the pieces, and of 2 rows 1.34x to 2.11x.
 template <class Op>
 __global__ void __launch_bounds__(kClSplitThreads, kClApplyMinBlocks)
 cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span) {
@@ -3544,7 +3546,10 @@ void run(const Plan& plan, const Problem& problem) {
       const int64_t units = batch * launch.cl.tiles;
       const int64_t waves_pieces = (int64_t(resident) * kClApplyWaves + units - 1) / std::max<int64_t>(1, units);
       const int64_t pieces = sixteen_bit ? std::min<int64_t>(batches, std::max<int64_t>(1, waves_pieces)) : batches;
+      IN_CHECK(pieces > 0, "instance_norm: plan ", describe(plan), " on empty instances");
       launch.cl_span = (batches + pieces - 1) / pieces * step;
+      // The one-shot kernels store one batch and ignore the rest of a longer span.
+      IN_CHECK(sixteen_bit || launch.cl_span == step, "instance_norm: internal error: one-shot span ", launch.cl_span);
       const int64_t row_blocks = (problem.instance_size + launch.cl_span - 1) / launch.cl_span;
       IN_CHECK(row_blocks <= int64_t(INT32_MAX), "instance_norm: instances of ", problem.instance_size,
                " rows are too long for the channels-last plans");
