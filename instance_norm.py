@@ -3540,8 +3540,9 @@ void run(const Plan& plan, const Problem& problem) {
       // The apply (see cl_apply_kernel): grid.x blocks of cl_span rows by grid.y (n, tile) units
       // (launch_cl_split). One batch of rows (one-shot CTAs) for 4-byte and wider types; pieces
       // over about kClApplyWaves waves of resident CTAs for 16-bit types.
-      const bool sixteen_bit = problem.dtype == DType::kHalf || problem.dtype == DType::kBFloat16;
-      const int64_t step = int64_t(launch.cl.ty) * cl_apply_rows(sixteen_bit ? 2 : 4, inputs_of(problem.direction));
+      // The same rule as the kernel's (cl_apply_rows of sizeof(T); pieces for 2-byte types).
+      const bool sixteen_bit = element_bytes(problem.dtype) == 2;
+      const int64_t step = int64_t(launch.cl.ty) * cl_apply_rows(element_bytes(problem.dtype), inputs_of(problem.direction));
       const int64_t batches = (problem.instance_size + step - 1) / step;
       const int64_t units = batch * launch.cl.tiles;
       const int64_t waves_pieces = (int64_t(resident) * kClApplyWaves + units - 1) / std::max<int64_t>(1, units);
