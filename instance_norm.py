@@ -681,12 +681,24 @@ __device__ __forceinline__ void cluster_release(int cluster_size) {
 #endif
 }
 
-// One warp combines an instance's chunk partials in a fixed order; every lane gets the result.
+// A thread's share of an instance's chunk partials, c = first, first + step, ... < count, combined
+// in that order. kMergeBatch loads are issued before they are combined: a thread waits for one L2
+// round trip per batch, not one per partial (a warp walking the 1024 partials of a 4096 x 4096
+// float32 plane one dependent load at a time spent microseconds on it).
+inline constexpr int kMergeBatch = 4;
 template <typename P>
-__device__ __forceinline__ P reduce_chunks(const P* partials, int64_t count) {
+__device__ __forceinline__ P strided_partials(const P* partials, int64_t count, int64_t first, int64_t step) {
   P s{};
-  for (int64_t c = threadIdx.x & (kWarpSize - 1); c < count; c += kWarpSize) s = combine(s, partials[c]);
-  return warp_reduce(s);
+  for (int64_t c = first; c < count; c += kMergeBatch * step) {
+    P v[kMergeBatch];
+#pragma unroll
+    for (int k = 0; k < kMergeBatch; ++k) v[k] = c + k * step < count ? partials[c + k * step] : P{};
+#pragma unroll
+    for (int k = 0; k < kMergeBatch; ++k) {
+      if (c + k * step < count) s = combine(s, v[k]);
+    }
+  }
+  return s;
 }
 
 // =====================================================================================
@@ -1652,15 +1664,30 @@ chunk_partials_kernel(Params<typename Op::T> p, typename Op::Partial* partials, 
   }
 }
 
-template <class Op>
+// Merges each instance's chunk partials in a fixed order and publishes the result: a warp per
+// instance, or with kCta (many chunks: see merge_by_cta) the whole CTA.
+template <class Op, bool kCta>
 __global__ void __launch_bounds__(kMergeThreads)
 merge_partials_kernel(Params<typename Op::T> p, const typename Op::Partial* partials, int64_t chunks_per_instance) {
-  const int lane = threadIdx.x & (kWarpSize - 1);
-  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
-  for (int64_t instance = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-       instance < p.num_instances; instance += warps_total) {
-    const typename Op::Partial s = reduce_chunks(partials + instance * chunks_per_instance, chunks_per_instance);
-    if (lane == 0) Op::publish(p, instance, s, Op::known(p, instance));
+  using Partial = typename Op::Partial;
+  if constexpr (kCta) {
+    __shared__ Partial warp_partials[kMergeThreads / kWarpSize];
+    for (int64_t instance = blockIdx.x; instance < p.num_instances; instance += gridDim.x) {
+      Partial s = strided_partials(partials + instance * chunks_per_instance, chunks_per_instance,
+                                   threadIdx.x, kMergeThreads);
+      s = cta_reduce<Partial, kMergeThreads>(s, warp_partials);
+      if (threadIdx.x == 0) Op::publish(p, instance, s, Op::known(p, instance));
+      __syncthreads();  // warp_partials is rewritten for the next instance
+    }
+  } else {
+    const int lane = threadIdx.x & (kWarpSize - 1);
+    const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
+    for (int64_t instance = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+         instance < p.num_instances; instance += warps_total) {
+      const Partial s =
+          warp_reduce(strided_partials(partials + instance * chunks_per_instance, chunks_per_instance, lane, kWarpSize));
+      if (lane == 0) Op::publish(p, instance, s, Op::known(p, instance));
+    }
   }
 }
 
@@ -2635,19 +2662,34 @@ int64_t typed_chunks_per_instance(int64_t instance_size) {
   return (instance_size + head_max + kChunk - 1) / kChunk;
 }
 
+// The merge of chunk partials (multi_cta, cl_split): a CTA per instance from kMergeCtaChunks chunks
+// (there a warp's lanes would take more than one batch of loads each: 1024 chunks at (1,2,4096,4096)
+// float32), else a warp per instance.
+inline constexpr int64_t kMergeCtaChunks = int64_t(kMergeBatch) * kWarpSize;
+
+template <class Op>
+void launch_merge(const Params<typename Op::T>& p, const typename Op::Partial* partials, int64_t chunks,
+                  cudaStream_t stream) {
+  if (chunks >= kMergeCtaChunks) {
+    merge_partials_kernel<Op, true><<<grid_limit(p.num_instances), kMergeThreads, 0, stream>>>(p, partials, chunks);
+  } else {
+    constexpr int64_t kWarpsPerMerge = kMergeThreads / kWarpSize;
+    merge_partials_kernel<Op, false>
+        <<<grid_limit((p.num_instances + kWarpsPerMerge - 1) / kWarpsPerMerge), kMergeThreads, 0, stream>>>(
+            p, partials, chunks);
+  }
+}
+
 template <class Op>
 cudaError_t launch_chunks(const Problem& pr, void* workspace, cudaStream_t stream) {
   using T = typename Op::T;
   const Params<T> p = params_of<T>(pr);
   const int64_t chunks = typed_chunks_per_instance<T>(pr.instance_size);
   const int64_t grid = grid_limit(pr.num_instances * chunks);
-  constexpr int64_t kWarpsPerMerge = kMergeThreads / kWarpSize;
   if constexpr (Op::kPartials) {
     auto* partials = static_cast<typename Op::Partial*>(workspace);
     chunk_partials_kernel<Op, Spans><<<grid, kChunkThreads, 0, stream>>>(p, partials, chunks);
-    merge_partials_kernel<Op>
-        <<<grid_limit((pr.num_instances + kWarpsPerMerge - 1) / kWarpsPerMerge), kMergeThreads, 0, stream>>>(
-            p, partials, chunks);
+    launch_merge<Op>(p, partials, chunks, stream);
   }
   if constexpr (!(Op::kPartials && Op::kCoefKnown)) {
     chunk_apply_kernel<Op, Spans><<<grid, kChunkThreads, 0, stream>>>(p, chunks);
@@ -2668,10 +2710,7 @@ cudaError_t launch_cl_split(const Problem& pr, const Launch& launch, void* works
     auto* partials = static_cast<Partial*>(workspace);
     const int smem = static_cast<int>(int64_t(s.ty) * s.tx * s.vec * sizeof(Partial));
     cl_partials_kernel<Op><<<grid, cl_block(s), smem, stream>>>(p, s, partials);
-    constexpr int64_t kWarpsPerMerge = kMergeThreads / kWarpSize;
-    merge_partials_kernel<Op>
-        <<<grid_limit((pr.num_instances + kWarpsPerMerge - 1) / kWarpsPerMerge), kMergeThreads, 0, stream>>>(
-            p, partials, s.chunks);
+    launch_merge<Op>(p, partials, s.chunks, stream);
   }
   // The apply: launch.grid blocks of rows by the (n, tile) units (see cl_apply_kernel).
   const int64_t units = (pr.num_instances / pr.channels) * s.tiles;
