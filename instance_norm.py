@@ -58,8 +58,10 @@ cl_onchip         channels-last input whose        a CTA per (sample, channel ti
                   8 rows x 512 threads, and        rows of the tile, 16-byte vectors along C
                   enough CTAs to fill the GPU      when C allows, one element otherwise
 cl_split          every other channels-last        partials per (instance, chunk of rows), the
-                  input, float64                   multi_cta merge, then the element map (a
-                                                   second read): 2 reads, like torch.compile
+                  input, float64                   multi_cta merge (which also writes each
+                                                   instance's coefficients to an array), then
+                                                   the element map in one-shot CTAs (a second
+                                                   read): 2 reads, like torch.compile
 ================  ===============================  ============================================
 
 4-D and 5-D channels-last input (stride 1 along C, dense: ``torch.channels_last``,
@@ -154,13 +156,12 @@ inline constexpr int kClMaxColumnThreads = 32;   // channels-last: threads along
 inline constexpr int kClSplitRows = 8;           // channels-last split, the partial sweep and the 16-bit apply:
                                                  // rows per thread and load batch over the inputs (8 of x, 4
                                                  // each of x and dy)
-inline constexpr int kClApplyRows = 8;           // channels-last split, the apply of 4-byte and wider types:
-                                                 // rows per thread and input of its one-shot CTAs
-// The split's apply: rows per thread and input in a batch (see cl_apply_kernel). 16-bit types
-// sweep pieces, two batches in flight, of kClSplitRows rows over the inputs.
-constexpr int cl_apply_rows(int element_bytes, int inputs) {
-  return element_bytes == 2 ? kClSplitRows / inputs : kClApplyRows;
-}
+inline constexpr int kClApplyRows = 8;           // channels-last split, the apply: rows per thread and input
+inline constexpr int kClApplyRows16 = 4;         // of its one-shot CTAs, 4-byte and wider types / 16-bit types
+inline constexpr bool kClApplyHints = false;     // ... without streaming (evict-first) loads and stores: with
+                                                 // them the apply was 2-5 % slower (fp32 main forward 5.41
+                                                 // against 5.30 ms, eval 3.79 against 3.61; benchmarks/NOTES.md)
+constexpr int cl_apply_rows(int element_bytes) { return element_bytes == 2 ? kClApplyRows16 : kClApplyRows; }
 inline constexpr int kFlatThreads = 256;         // flat: a CTA's size
 inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's values, at most (up to G = 32)
 inline constexpr int kFlatMaxPerThread = 128;    // flat: ... in any plan (its float32 sums run in sequence: a
@@ -310,6 +311,25 @@ int64_t partial_bytes(DType dtype, Direction direction);  // one partial (statis
 int64_t coef_bytes(DType dtype, Direction direction);     // one instance's element-map coefficients
 cudaError_t launch_plan(const Plan& plan, const Problem& problem, const Launch& launch, void* workspace,
                         cudaStream_t stream);
+
+// cl_split's workspace: the partial sweep's partials (where it has one: training, and every
+// backward), then the apply's coefficient array (see store_coef: one entry per instance, or per
+// channel for a forward from running statistics), 256-byte aligned.
+struct ClWorkspace {
+  int64_t coef_offset;  // bytes
+  int64_t coef_count;   // entries
+  int64_t bytes;        // in all
+};
+inline ClWorkspace cl_split_workspace(const Problem& pr, const ClShape& s) {
+  const bool partials = pr.direction == Direction::kBackward || pr.source == Source::kInstance;
+  const int64_t partial_total = partials ? pr.num_instances * s.chunks * partial_bytes(pr.dtype, pr.direction) : 0;
+  ClWorkspace w;
+  w.coef_offset = (partial_total + 255) / 256 * 256;
+  w.coef_count = partials ? pr.num_instances : pr.channels;
+  w.bytes = w.coef_offset + w.coef_count * coef_bytes(pr.dtype, pr.direction);
+  return w;
+}
+
 // Per-channel sums over the batch of the backward's per-instance sums: dweight, dbias (each may
 // be absent); count 0 instance elements makes them zero.
 cudaError_t launch_channel_sums(const Problem& problem, ChannelVector dweight, ChannelVector dbias,
@@ -967,7 +987,7 @@ struct Forward {
   static constexpr int kInputs = 1;
   static constexpr bool kRunAhead = true;
   static constexpr bool kShiftedSweep = true;  // cl_partials_kernel's sweep (see cl_shifted_sweep)
-  // ... compiled for this many CTAs per SM (see kClApplyMinBlocks), so at most 64 registers in
+  // ... compiled for this many CTAs per SM (see kClShiftBatches), so at most 64 registers in
   // float32, 85 in 16-bit types (8 channels a thread; ptxas: 80, float16 spills 4 bytes), 128 in
   // float64 (86).
   static constexpr int kClPartialsMinBlocks = sizeof(T) == 8 ? 2 : sizeof(T) == 4 ? 4 : 3;
@@ -1664,19 +1684,41 @@ chunk_partials_kernel(Params<typename Op::T> p, typename Op::Partial* partials, 
   }
 }
 
-// Merges each instance's chunk partials in a fixed order and publishes the result: a warp per
-// instance, or with kCta (many chunks: see merge_by_cta) the whole CTA.
+// An Op's Coef as kCoefFields values of its accumulation type, stored field-major in a coefficient
+// array of `count` entries (field f of entry i at coefs[f * count + i]), so that a thread loads a
+// field of its vec adjacent channels as 16-byte vectors (cl_load_coefs).
+template <class Op>
+inline constexpr int kCoefFields = static_cast<int>(sizeof(typename Op::Coef) / sizeof(typename Op::acc_t));
+
+template <class Op>
+__device__ __forceinline__ void store_coef(typename Op::acc_t* coefs, int64_t count, int64_t i,
+                                           const typename Op::Coef& c) {
+  static_assert(sizeof(typename Op::Coef) == kCoefFields<Op> * sizeof(typename Op::acc_t), "Coef: fields of acc_t");
+  const auto* fields = reinterpret_cast<const typename Op::acc_t*>(&c);
+#pragma unroll
+  for (int f = 0; f < kCoefFields<Op>; ++f) coefs[f * count + i] = fields[f];
+}
+
+// Merges each instance's chunk partials in a fixed order and publishes the result (and, given a
+// coefficient array, the instance's Coef: cl_split's apply reads it): a warp per instance, or with
+// kCta (many chunks: see launch_merge) the whole CTA.
 template <class Op, bool kCta>
 __global__ void __launch_bounds__(kMergeThreads)
-merge_partials_kernel(Params<typename Op::T> p, const typename Op::Partial* partials, int64_t chunks_per_instance) {
+merge_partials_kernel(Params<typename Op::T> p, const typename Op::Partial* partials, int64_t chunks_per_instance,
+                      typename Op::acc_t* coefs) {
   using Partial = typename Op::Partial;
+  auto finish = [&](int64_t instance, const Partial& s) {
+    const typename Op::Known known = Op::known(p, instance);
+    Op::publish(p, instance, s, known);
+    if (coefs != nullptr) store_coef<Op>(coefs, p.num_instances, instance, Op::coef(p, instance, s, known));
+  };
   if constexpr (kCta) {
     __shared__ Partial warp_partials[kMergeThreads / kWarpSize];
     for (int64_t instance = blockIdx.x; instance < p.num_instances; instance += gridDim.x) {
       Partial s = strided_partials(partials + instance * chunks_per_instance, chunks_per_instance,
                                    threadIdx.x, kMergeThreads);
       s = cta_reduce<Partial, kMergeThreads>(s, warp_partials);
-      if (threadIdx.x == 0) Op::publish(p, instance, s, Op::known(p, instance));
+      if (threadIdx.x == 0) finish(instance, s);
       __syncthreads();  // warp_partials is rewritten for the next instance
     }
   } else {
@@ -1686,7 +1728,7 @@ merge_partials_kernel(Params<typename Op::T> p, const typename Op::Partial* part
          instance < p.num_instances; instance += warps_total) {
       const Partial s =
           warp_reduce(strided_partials(partials + instance * chunks_per_instance, chunks_per_instance, lane, kWarpSize));
-      if (lane == 0) Op::publish(p, instance, s, Op::known(p, instance));
+      if (lane == 0) finish(instance, s);
     }
   }
 }
@@ -2080,10 +2122,14 @@ __device__ __forceinline__ uint4 cl_load(const T* at, int vec) {
   return Elem<T>::pack(v);
 }
 
-template <typename T>
+template <typename T, bool kStream = true>
 __device__ __forceinline__ void cl_store(T* at, const typename Elem<T>::acc (&out)[Elem<T>::kVec], int vec) {
   if (vec > 1) {
-    __stcs(reinterpret_cast<uint4*>(at), Elem<T>::pack(out));
+    if constexpr (kStream) {
+      __stcs(reinterpret_cast<uint4*>(at), Elem<T>::pack(out));
+    } else {
+      *reinterpret_cast<uint4*>(at) = Elem<T>::pack(out);
+    }
   } else {
     *at = Elem<T>::from_acc(out[0]);
   }
@@ -2167,8 +2213,9 @@ __device__ __forceinline__ void cl_accumulate(typename Op::Partial (&acc)[Elem<t
   }
 }
 
-// The element map of a thread's R rows, stored to the output (and the residual added).
-template <class Op, Family F, int R>
+// The element map of a thread's R rows, stored to the output (and the residual added); kStream:
+// streaming (evict-first) stores.
+template <class Op, Family F, int R, bool kStream = true>
 __device__ __forceinline__ void cl_store_rows(const Params<typename Op::T>& p, const uint4 (&raw)[Op::kInputs][R],
                                               int64_t offset, int64_t r0, int64_t step, int64_t row_end,
                                               const typename Op::Coef (&c)[Elem<typename Op::T>::kVec], int vec) {
@@ -2196,7 +2243,7 @@ __device__ __forceinline__ void cl_store_rows(const Params<typename Op::T>& p, c
           for (int j = 0; j < kVec; ++j) out[j] += Elem<T>::get(r, j);
         }
       }
-      cl_store(p.out + at, out, vec);
+      cl_store<T, kStream>(p.out + at, out, vec);
     }
   }
 }
@@ -2271,16 +2318,15 @@ cl_onchip_kernel(Params<typename Op::T> p, ClShape s) {
 // the merged m2 (Cauchy-Schwarz on the earlier values): 9 for the first block (m = R = 8, n_b = 64),
 // near 1 after it. Constant data stays exact (x - k == 0 once the first batch's mean is exact).
 inline constexpr int kClShiftBatches = 8;
-// Resident CTAs of kClSplitThreads per SM that the split's sweeps are compiled for. Each thread has
-// one batch of loads in flight (the partial sweep) or two (the 16-bit apply), so the bytes in flight per SM,
-// which set the bandwidth, grow with the CTAs that fit. ncu, (112,64,512,512) channels_last: the
+// The split's partial sweep is compiled for Op::kClPartialsMinBlocks resident CTAs of
+// kClSplitThreads per SM. Each thread has one batch of loads in flight, so the bytes in flight per
+// SM, which set the bandwidth, grow with the CTAs that fit. ncu, (112,64,512,512) channels_last: the
 // bf16 partial sweep at 128 registers (2 CTAs) read at 3.5 TB/s, at 80 (3 CTAs, its partials in
 // shared memory) at 4.0 TB/s (0.94 ms); fp32 at 78 (3 CTAs) 4.5 TB/s, at 64 (4 CTAs) 4.6 TB/s
 // (1.64 ms). The apply as a persistent sweep at 154 registers (1 CTA) took 3.99 ms, at 122 (2 CTAs)
 // 4.00 ms; 4 rows a thread at 4 or 3 CTAs per SM, or one batch in flight at 4, were no faster (fp32
 // main shape 0.988x / 0.996x / 1.03x, bf16 1.03x / 1.00x / 1.09x; benchmarks/NOTES.md, fourteenth
 // session). Residency did not hold it back; being persistent did (see cl_apply_kernel).
-inline constexpr int kClApplyMinBlocks = 2;
 
 template <class Op, int R>
 __device__ __forceinline__ void cl_shifted_sweep(typename Op::Partial* mine, const Params<typename Op::T>& p,
@@ -2423,35 +2469,68 @@ cl_partials_kernel(Params<typename Op::T> p, ClShape s, typename Op::Partial* pa
   }
 }
 
-// Split, second sweep: the element map from the published statistics (or running statistics).
-// CTA (x, y) maps `span` rows of one (n, tile) unit: rows [x' * span, x' * span + span) with
-// x' = gridDim.x - 1 - x, of unit units - 1 - y (both in reverse, so that the first CTAs read what
-// the first sweep read last: still in L2 when the tensor is not much larger than it); y walks the
-// units in a grid-stride loop beyond kMaxGridY of them. The first row of threads computes the
-// unit's coefficients into shared memory. The host sets span (run()): for 4-byte and wider types
-// one batch of kClApplyRows rows a thread (one-shot CTAs); for 16-bit types pieces over about
-// kClApplyWaves waves of resident CTAs, in batches of kClSplitRows / inputs rows a thread, the next
-// batch's loads issued before this one's stores. Why: at fp32 (112,64,512,512) channels_last the
-// persistent sweep in pieces took 4.00 ms under ncu (1.14x the copy), and persistent Triton copies
-// of the same bytes stay at 3.72-3.98 TB/s in pieces of any size over 1-64 CTAs per SM, where
-// one-shot CTAs of 1024 elements reach 4.26 (the copy: 4.29). One-shot CTAs here took the fp32
-// forward 5.67 -> 5.31 ms, but the bf16 forward 2.86 -> 3.06 (benchmarks/NOTES.md, session of
-// 2026-11-30, fifteenth). Each thread computing its own coefficients made one-shot CTAs of 1 row a
-// thread 1.8x (fp32) to 3.6x (bf16) slower than the pieces, and of 2 rows 1.34x to 2.11x.
+// The forward from running statistics has no merge: a thread per channel writes its Coef.
 template <class Op>
-__global__ void __launch_bounds__(kClSplitThreads, kClApplyMinBlocks)
-cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span) {
+__global__ void __launch_bounds__(kMergeThreads) cl_channel_coefs_kernel(Params<typename Op::T> p, typename Op::acc_t* coefs) {
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < p.channels; c += int64_t(gridDim.x) * blockDim.x) {
+    store_coef<Op>(coefs, p.channels, c, Op::published(p, c));
+  }
+}
+
+// A thread's coefficients for its vec channels, entries [index, index + vec) of the array (see
+// store_coef): with vec == kVec the entries are kVec-aligned (C is a multiple of kVec), so each
+// field comes as 16-byte vectors.
+template <class Op>
+__device__ __forceinline__ void cl_load_coefs(typename Op::Coef (&c)[Elem<typename Op::T>::kVec],
+                                              const typename Op::acc_t* coefs, int64_t count, int64_t index, int vec) {
+  using acc_t = typename Op::acc_t;
+  constexpr int kVec = Elem<typename Op::T>::kVec;
+  constexpr int kPieces = kVec * static_cast<int>(sizeof(acc_t)) / kVectorBytes;
+  static_assert(kPieces * kVectorBytes == kVec * sizeof(acc_t), "a thread's coefficients are whole vectors");
+#pragma unroll
+  for (int f = 0; f < kCoefFields<Op>; ++f) {
+    acc_t v[kVec];
+    if (vec == kVec) {
+      const uint4* from = reinterpret_cast<const uint4*>(coefs + f * count + index);
+#pragma unroll
+      for (int q = 0; q < kPieces; ++q) {
+        const uint4 u = __ldg(from + q);
+        memcpy(reinterpret_cast<char*>(v) + q * kVectorBytes, &u, kVectorBytes);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[j] = coefs[f * count + index];  // vec == 1: one channel
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) reinterpret_cast<acc_t*>(&c[j])[f] = v[j];
+  }
+}
+
+// Split, second sweep: the element map, its coefficients from the array the merge (or, from running
+// statistics, cl_channel_coefs_kernel) wrote. CTA (x, y) maps `span` rows of one (n, tile) unit:
+// rows [x' * span, x' * span + span) with x' = gridDim.x - 1 - x, of unit units - 1 - y (both in
+// reverse, so that the first CTAs read what the first sweep read last: still in L2 when the tensor
+// is not much larger than it); y walks the units in a grid-stride loop beyond kMaxGridY of them.
+// The host sets span to one batch of cl_apply_rows rows a thread: one-shot CTAs, which wait for
+// nothing but their own loads. Why: persistent sweeps (CTAs looping over pieces) stay 8-15 % above
+// the copy in Triton copies of the same bytes (3.72-3.98 TB/s over 1-64 CTAs per SM), where one-shot
+// CTAs of 1024 elements reach 4.26 TB/s (the copy: 4.29). Coefficients computed per CTA into shared
+// memory (a chain of loads, then a barrier) left a fixed cost per CTA that kept bf16 on persistent
+// pieces; read from the array, one-shot CTAs of 4 rows a thread took the bf16 forward at
+// (112,64,512,512) 2.85 -> 2.66 ms and eval 2.06 -> 1.80. Rows a thread, same run (fp32 / bf16
+// forward there): 1 row 6.04 / 3.59 ms, 2 rows 5.27 / 2.97, 8 / 4 rows 5.30 / 2.66
+// (benchmarks/NOTES.md, sessions of 2026-11-30, fifteenth and sixteenth).
+template <class Op>
+__global__ void __launch_bounds__(kClSplitThreads)
+cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span, const typename Op::acc_t* coefs, int64_t count) {
   using T = typename Op::T;
   using Coef = typename Op::Coef;
   constexpr int kVec = Elem<T>::kVec;
-  constexpr bool kPieces = sizeof(T) == 2;
-  constexpr int R = cl_apply_rows(sizeof(T), Op::kInputs);
-  __shared__ Coef shared_coef[kClMaxColumnThreads * kVec];
+  constexpr int R = cl_apply_rows(sizeof(T));
   const int columns = s.tx * s.vec;
   const ClThread th(s);
   const int64_t C = p.channels, M = p.instance_size;
   const int64_t units = (p.num_instances / C) * s.tiles;
-  const int64_t step = int64_t(s.ty) * R;
   const int64_t row0 = (int64_t(gridDim.x) - 1 - blockIdx.x) * span;
   const int64_t row_end = min(M, row0 + span);
   for (int64_t u = blockIdx.y; u < units; u += gridDim.y) {
@@ -2460,39 +2539,16 @@ cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span) {
     const int64_t tile = unit - n * s.tiles;
     const int64_t c0 = tile * columns + int64_t(th.tx) * s.vec;
     const bool active = th.in_block && c0 < C;
+    if (!active) continue;
     const int64_t offset = n * M * C + c0;
     uint4 raw[Op::kInputs][R];
-    cl_load_rows<Op, R>(raw, p, offset, row0 + th.ty, s.ty, row_end, s.vec, active);
-    if (th.ty == 0 && active) {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        if (j < s.vec) shared_coef[th.tx * s.vec + j] = Op::published(p, n * C + c0 + j);
-      }
-    }
-    __syncthreads();
-    if (active) {
-      Coef c[kVec];
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) c[j] = shared_coef[th.tx * s.vec + (j < s.vec ? j : 0)];
-      with_op_activation<Op>(p, [&](auto tag) {
-        if constexpr (kPieces) {
-          for (int64_t batch = row0; batch < row_end; batch += step) {
-            const int64_t r = batch + th.ty;
-            uint4 next[Op::kInputs][R];
-            cl_load_rows<Op, R>(next, p, offset, r + step, s.ty, row_end, s.vec, true);
-            cl_store_rows<Op, decltype(tag)::kFamily, R>(p, raw, offset, r, s.ty, row_end, c, s.vec);
-#pragma unroll
-            for (int t = 0; t < Op::kInputs; ++t) {
-#pragma unroll
-              for (int k = 0; k < R; ++k) raw[t][k] = next[t][k];
-            }
-          }
-        } else {
-          cl_store_rows<Op, decltype(tag)::kFamily, R>(p, raw, offset, row0 + th.ty, s.ty, row_end, c, s.vec);
-        }
-      });
-    }
-    if (u + gridDim.y < units) __syncthreads();  // the next unit's coefficients overwrite these
+    cl_load_rows<Op, R, kClApplyHints>(raw, p, offset, row0 + th.ty, s.ty, row_end, s.vec, true);
+    Coef c[kVec];
+    cl_load_coefs<Op>(c, coefs, count, (Op::kPartials ? n * C : 0) + c0, s.vec);
+    with_op_activation<Op>(p, [&](auto tag) {
+      cl_store_rows<Op, decltype(tag)::kFamily, R, kClApplyHints>(p, raw, offset, row0 + th.ty, s.ty, row_end, c,
+                                                                 s.vec);
+    });
   }
 }
 
@@ -2669,14 +2725,15 @@ inline constexpr int64_t kMergeCtaChunks = int64_t(kMergeBatch) * kWarpSize;
 
 template <class Op>
 void launch_merge(const Params<typename Op::T>& p, const typename Op::Partial* partials, int64_t chunks,
-                  cudaStream_t stream) {
+                  typename Op::acc_t* coefs, cudaStream_t stream) {
   if (chunks >= kMergeCtaChunks) {
-    merge_partials_kernel<Op, true><<<grid_limit(p.num_instances), kMergeThreads, 0, stream>>>(p, partials, chunks);
+    merge_partials_kernel<Op, true>
+        <<<grid_limit(p.num_instances), kMergeThreads, 0, stream>>>(p, partials, chunks, coefs);
   } else {
     constexpr int64_t kWarpsPerMerge = kMergeThreads / kWarpSize;
     merge_partials_kernel<Op, false>
         <<<grid_limit((p.num_instances + kWarpsPerMerge - 1) / kWarpsPerMerge), kMergeThreads, 0, stream>>>(
-            p, partials, chunks);
+            p, partials, chunks, coefs);
   }
 }
 
@@ -2689,7 +2746,7 @@ cudaError_t launch_chunks(const Problem& pr, void* workspace, cudaStream_t strea
   if constexpr (Op::kPartials) {
     auto* partials = static_cast<typename Op::Partial*>(workspace);
     chunk_partials_kernel<Op, Spans><<<grid, kChunkThreads, 0, stream>>>(p, partials, chunks);
-    launch_merge<Op>(p, partials, chunks, stream);
+    launch_merge<Op>(p, partials, chunks, nullptr, stream);
   }
   if constexpr (!(Op::kPartials && Op::kCoefKnown)) {
     chunk_apply_kernel<Op, Spans><<<grid, kChunkThreads, 0, stream>>>(p, chunks);
@@ -2704,18 +2761,25 @@ cudaError_t launch_cl_split(const Problem& pr, const Launch& launch, void* works
   using Partial = typename Op::Partial;
   const Params<T> p = params_of<T>(pr);
   const ClShape& s = launch.cl;
+  // The workspace: the partials (cl_split_workspace), then the coefficient array.
+  const ClWorkspace ws = cl_split_workspace(pr, s);
+  auto* coefs = reinterpret_cast<typename Op::acc_t*>(static_cast<char*>(workspace) + ws.coef_offset);
   if constexpr (Op::kPartials) {
     const int64_t units = (pr.num_instances / pr.channels) * s.tiles * s.chunks;
     const unsigned grid = static_cast<unsigned>(grid_limit(units));
     auto* partials = static_cast<Partial*>(workspace);
     const int smem = static_cast<int>(int64_t(s.ty) * s.tx * s.vec * sizeof(Partial));
     cl_partials_kernel<Op><<<grid, cl_block(s), smem, stream>>>(p, s, partials);
-    launch_merge<Op>(p, partials, s.chunks, stream);
+    launch_merge<Op>(p, partials, s.chunks, coefs, stream);
+  } else {
+    cl_channel_coefs_kernel<Op>
+        <<<static_cast<unsigned>(grid_limit((pr.channels + kMergeThreads - 1) / kMergeThreads)), kMergeThreads, 0,
+           stream>>>(p, coefs);
   }
   // The apply: launch.grid blocks of rows by the (n, tile) units (see cl_apply_kernel).
   const int64_t units = (pr.num_instances / pr.channels) * s.tiles;
   const dim3 apply_grid(launch.grid, static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, kMaxGridY))));
-  cl_apply_kernel<Op><<<apply_grid, cl_block(s), 0, stream>>>(p, s, launch.cl_span);
+  cl_apply_kernel<Op><<<apply_grid, cl_block(s), 0, stream>>>(p, s, launch.cl_span, coefs, ws.coef_count);
   return cudaGetLastError();
 }
 
@@ -2975,8 +3039,6 @@ constexpr int64_t kClMinChunkBytes = 128 * 1024;
 // as this many bytes of its sweep (about a microsecond of one CTA's share of the bandwidth).
 constexpr int64_t kClChunkWindow = 32;
 constexpr int64_t kClChunkFixedBytes = 16 * 1024;
-// The split's apply for 16-bit types: this many waves of resident CTAs (see cl_apply_kernel).
-constexpr int kClApplyWaves = 4;
 // Channels-last instances of at most this many rows take the onchip plan even when it leaves SMs idle.
 constexpr int64_t kClTinyRows = 256;
 // The heuristic: instances of up to kWarpPlanSlots vectors get a warp each, K growing with the
@@ -3571,25 +3633,15 @@ void run(const Plan& plan, const Problem& problem) {
             cl_split_kernel(problem.dtype, problem.direction, problem.source, epilogue, false), 1, launch.block, smem);
         IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
         launch.cl = cl_shape(plan, problem.dtype, problem.direction, shape, batch, sms, std::max(1, resident / sms));
-        allocate(P * launch.cl.chunks * partial_bytes(problem.dtype, problem.direction));
       }
-      const int resident = resident_units(
-          cl_split_kernel(problem.dtype, problem.direction, problem.source, epilogue, true), 1, launch.block, 0);
-      IN_CHECK(resident > 0, "instance_norm: plan ", describe(plan), " cannot run on this device");
+      allocate(cl_split_workspace(problem, launch.cl).bytes);  // partials and coefficient array
+      IN_CHECK(resident_units(cl_split_kernel(problem.dtype, problem.direction, problem.source, epilogue, true), 1,
+                              launch.block, 0) > 0,
+               "instance_norm: plan ", describe(plan), " cannot run on this device");
       // The apply (see cl_apply_kernel): grid.x blocks of cl_span rows by grid.y (n, tile) units
-      // (launch_cl_split). One batch of rows (one-shot CTAs) for 4-byte and wider types; pieces
-      // over about kClApplyWaves waves of resident CTAs for 16-bit types.
-      // The same rule as the kernel's (cl_apply_rows of sizeof(T); pieces for 2-byte types).
-      const bool sixteen_bit = element_bytes(problem.dtype) == 2;
-      const int64_t step = int64_t(launch.cl.ty) * cl_apply_rows(element_bytes(problem.dtype), inputs_of(problem.direction));
-      const int64_t batches = (problem.instance_size + step - 1) / step;
-      const int64_t units = batch * launch.cl.tiles;
-      const int64_t waves_pieces = (int64_t(resident) * kClApplyWaves + units - 1) / std::max<int64_t>(1, units);
-      const int64_t pieces = sixteen_bit ? std::min<int64_t>(batches, std::max<int64_t>(1, waves_pieces)) : batches;
-      IN_CHECK(pieces > 0, "instance_norm: plan ", describe(plan), " on empty instances");
-      launch.cl_span = (batches + pieces - 1) / pieces * step;
-      // The one-shot kernels store one batch and ignore the rest of a longer span.
-      IN_CHECK(sixteen_bit || launch.cl_span == step, "instance_norm: internal error: one-shot span ", launch.cl_span);
+      // (launch_cl_split), each CTA one batch of kClApplyRows rows a thread.
+      IN_CHECK(problem.instance_size > 0, "instance_norm: plan ", describe(plan), " on empty instances");
+      launch.cl_span = int64_t(launch.cl.ty) * cl_apply_rows(element_bytes(problem.dtype));
       const int64_t row_blocks = (problem.instance_size + launch.cl_span - 1) / launch.cl_span;
       IN_CHECK(row_blocks <= int64_t(INT32_MAX), "instance_norm: instances of ", problem.instance_size,
                " rows are too long for the channels-last plans");
