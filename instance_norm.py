@@ -143,8 +143,8 @@ inline constexpr int kStreamAheadVectors = 4;
 inline constexpr int kStreamMaxStages = 4;
 inline constexpr int kChunkThreads = 512;        // multi_cta: a chunk is 512 threads x 8 vectors
 inline constexpr int kChunkVectorsPerThread = 8;
-inline constexpr int kMergeThreads = 256;        // multi_cta merge and the per-channel kernels: a warp
-                                                 // per instance or channel
+inline constexpr int kMergeThreads = 256;        // the merge (a warp per instance, or the CTA: launch_merge)
+                                                 // and the per-channel kernels (a warp or thread per channel)
 inline constexpr int64_t kMaxGrid = int64_t(1) << 22;  // grid-stride loops beyond this many CTAs
 inline constexpr int64_t kMaxGridY = 65535;      // the CUDA limit of gridDim.y
 inline constexpr int kStaticSmemReserve = 4096;  // a kernel's static shared memory, kept out of the
@@ -153,14 +153,14 @@ inline constexpr int kVectorBytes = 16;
 inline constexpr int kClOnchipThreads = 512;     // channels-last onchip: the largest CTA
 inline constexpr int kClSplitThreads = 256;      // channels-last split: partial and apply sweeps
 inline constexpr int kClMaxColumnThreads = 32;   // channels-last: threads along C in a CTA (a tile)
-inline constexpr int kClSplitRows = 8;           // channels-last split, the partial sweep and the 16-bit apply:
-                                                 // rows per thread and load batch over the inputs (8 of x, 4
-                                                 // each of x and dy)
+inline constexpr int kClSplitRows = 8;           // channels-last split, the partial sweep: rows per thread
+                                                 // and load batch over the inputs (8 of x, 4 each of x and dy)
 inline constexpr int kClApplyRows = 8;           // channels-last split, the apply: rows per thread and input
 inline constexpr int kClApplyRows16 = 4;         // of its one-shot CTAs, 4-byte and wider types / 16-bit types
-inline constexpr bool kClApplyHints = false;     // ... without streaming (evict-first) loads and stores: with
-                                                 // them the apply was 2-5 % slower (fp32 main forward 5.41
-                                                 // against 5.30 ms, eval 3.79 against 3.61; benchmarks/NOTES.md)
+inline constexpr bool kClApplyHints = false;     // ... x, dy and the output without streaming (evict-first)
+                                                 // loads and stores (the residual keeps them): with them the
+                                                 // apply was 2-5 % slower (fp32 main forward 5.41 against
+                                                 // 5.30 ms, eval 3.79 against 3.61; benchmarks/NOTES.md)
 constexpr int cl_apply_rows(int element_bytes) { return element_bytes == 2 ? kClApplyRows16 : kClApplyRows; }
 inline constexpr int kFlatThreads = 256;         // flat: a CTA's size
 inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's values, at most (up to G = 32)
@@ -987,7 +987,7 @@ struct Forward {
   static constexpr int kInputs = 1;
   static constexpr bool kRunAhead = true;
   static constexpr bool kShiftedSweep = true;  // cl_partials_kernel's sweep (see cl_shifted_sweep)
-  // ... compiled for this many CTAs per SM (see kClShiftBatches), so at most 64 registers in
+  // ... compiled for this many CTAs per SM (see the comment after kClShiftBatches), so at most 64 registers in
   // float32, 85 in 16-bit types (8 channels a thread; ptxas: 80, float16 spills 4 bytes), 128 in
   // float64 (86).
   static constexpr int kClPartialsMinBlocks = sizeof(T) == 8 ? 2 : sizeof(T) == 4 ? 4 : 3;
@@ -2103,8 +2103,9 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
 // a fixed order, so results are bitwise reproducible.
 //   cl_onchip   one CTA per (n, tile) holds its K rows per thread in registers: one read.
 //   cl_split    a sweep writing one partial per (instance, chunk of rows), the multi_cta family's
-//               merge (a warp per instance), and a sweep applying the element map (a second read,
-//               in reverse order so that what is still in L2 goes first).
+//               merge (a warp per instance, or a CTA; it also writes each instance's coefficients to
+//               an array), and one-shot CTAs applying the element map (a second read, in reverse
+//               order so that what is still in L2 goes first).
 // =====================================================================================
 
 // Loads and stores of a thread's channels in one row: a 16-byte vector (vec == kVec) or one
@@ -2326,7 +2327,8 @@ inline constexpr int kClShiftBatches = 8;
 // (1.64 ms). The apply as a persistent sweep at 154 registers (1 CTA) took 3.99 ms, at 122 (2 CTAs)
 // 4.00 ms; 4 rows a thread at 4 or 3 CTAs per SM, or one batch in flight at 4, were no faster (fp32
 // main shape 0.988x / 0.996x / 1.03x, bf16 1.03x / 1.00x / 1.09x; benchmarks/NOTES.md, fourteenth
-// session). Residency did not hold it back; being persistent did (see cl_apply_kernel).
+// session). Residency did not hold the apply back; being persistent did (it is one-shot CTAs now:
+// see cl_apply_kernel).
 
 template <class Op, int R>
 __device__ __forceinline__ void cl_shifted_sweep(typename Op::Partial* mine, const Params<typename Op::T>& p,
@@ -3639,7 +3641,7 @@ void run(const Plan& plan, const Problem& problem) {
                               launch.block, 0) > 0,
                "instance_norm: plan ", describe(plan), " cannot run on this device");
       // The apply (see cl_apply_kernel): grid.x blocks of cl_span rows by grid.y (n, tile) units
-      // (launch_cl_split), each CTA one batch of kClApplyRows rows a thread.
+      // (launch_cl_split), each CTA one batch of cl_apply_rows rows a thread.
       IN_CHECK(problem.instance_size > 0, "instance_norm: plan ", describe(plan), " on empty instances");
       launch.cl_span = int64_t(launch.cl.ty) * cl_apply_rows(element_bytes(problem.dtype));
       const int64_t row_blocks = (problem.instance_size + launch.cl_span - 1) / launch.cl_span;
