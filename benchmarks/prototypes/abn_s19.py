@@ -22,6 +22,7 @@ ap.add_argument("--dtypes", default="float32,bfloat16")
 ap.add_argument("--no-backward", action="store_true")
 ap.add_argument("--eval", action="store_true")
 ap.add_argument("--compile", action="store_true")
+ap.add_argument("--contiguous", action="store_true", help="NCHW input instead of channels_last (added in the sixteenth session)")
 a = ap.parse_args()
 mods = [(f.split("=")[0], load(f.split("=")[1], "in_" + f.split("=")[0])) for f in a.files]
 items = [t for t in a.shapes.split(",") if t != "3d"]
@@ -29,7 +30,8 @@ shapes = (parse_shapes(",".join(items)) if items else []) + ([(2, 32, 128, 128, 
 for shape in shapes:
     for dtype in a.dtypes.split(","):
         x = torch.randn(shape, device="cuda", dtype=getattr(torch, dtype))
-        x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+        if not a.contiguous:
+            x = x.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
         out = torch.empty_like(x)
         dy = torch.randn_like(x)
         row = {"copy": bench(lambda: out.copy_(x))}
