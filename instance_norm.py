@@ -320,8 +320,12 @@ struct ClWorkspace {
   int64_t coef_count;   // entries
   int64_t bytes;        // in all
 };
+// Whether the split runs a partial sweep (and the merge): the host's form of Op::kPartials.
+inline bool cl_split_has_partials(const Problem& pr) {
+  return pr.direction == Direction::kBackward || pr.source == Source::kInstance;
+}
 inline ClWorkspace cl_split_workspace(const Problem& pr, const ClShape& s) {
-  const bool partials = pr.direction == Direction::kBackward || pr.source == Source::kInstance;
+  const bool partials = cl_split_has_partials(pr);
   const int64_t partial_total = partials ? pr.num_instances * s.chunks * partial_bytes(pr.dtype, pr.direction) : 0;
   ClWorkspace w;
   w.coef_offset = (partial_total + 255) / 256 * 256;
@@ -1065,7 +1069,7 @@ struct Forward {
     return activate<F>((v[0] - c.mean) * c.scale + c.shift, act);
   }
   // Without a stats pointer (no gradient and no running statistics want them: the host skips the
-  // allocation) only the families that read the statistics back (multi_cta, cl_split) publish.
+  // allocation) only the family that reads the statistics back (multi_cta) publishes.
   __device__ static void publish(const Params<T>& p, int64_t instance, const Partial& total, const Known&) {
     if (p.stats == nullptr) return;
     p.stats[instance] = total.mean;
@@ -2500,8 +2504,9 @@ __device__ __forceinline__ void cl_load_coefs(typename Op::Coef (&c)[Elem<typena
         memcpy(reinterpret_cast<char*>(v) + q * kVectorBytes, &u, kVectorBytes);
       }
     } else {
+      const acc_t one = coefs[f * count + index];  // vec == 1: one channel
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) v[j] = coefs[f * count + index];  // vec == 1: one channel
+      for (int j = 0; j < kVec; ++j) v[j] = one;
     }
 #pragma unroll
     for (int j = 0; j < kVec; ++j) reinterpret_cast<acc_t*>(&c[j])[f] = v[j];
@@ -3626,8 +3631,7 @@ void run(const Plan& plan, const Problem& problem) {
     launch.block = cl_block(launch.cl);
     if (plan.regime == Regime::kClSplit) {
       const bool epilogue = has_epilogue(problem);
-      const bool partials = problem.direction == Direction::kBackward || problem.source == Source::kInstance;
-      if (partials) {
+      if (cl_split_has_partials(problem)) {
         // The chunks again, for the partial sweep's real residency (the CTA's shape does not change).
         const ClShape& s = launch.cl;
         const int64_t smem = int64_t(s.ty) * s.tx * s.vec * partial_bytes(problem.dtype, problem.direction);
@@ -3937,10 +3941,11 @@ std::tuple<at::Tensor, at::Tensor> forward_impl(const at::Tensor& input, const c
   at::Tensor x = input_for(input, plan);
   at::Tensor y = empty_output(x, plan.channels_last());
   // The statistics only when the caller wants them (autograd, running statistics) or the plan reads
-  // them back between its sweeps; else a size-0 tensor (one allocation less per call: 0.1-0.3 us of
-  // host time measured at (64,256,7,7) and (8,512,32,32), H200, benchmarks/NOTES.md).
+  // them back between its sweeps (multi_cta; cl_split's apply reads its coefficient array); else a
+  // size-0 tensor (one allocation less per call: 0.1-0.3 us of host time measured at (64,256,7,7)
+  // and (8,512,32,32), H200, benchmarks/NOTES.md).
   const auto acc = x.options().dtype(accumulation_type(x));
-  const bool reads_back = plan.regime == Regime::kMultiCta || plan.regime == Regime::kClSplit;
+  const bool reads_back = plan.regime == Regime::kMultiCta;
   at::Tensor stats = want_stats || reads_back ? at::empty({2, x.size(0) * x.size(1)}, acc) : at::Tensor();
   const at::Tensor returned = want_stats ? stats : at::empty({0}, acc);
   Problem pr = problem_of(x, y, Direction::kForward, Source::kInstance, plan, shape);
