@@ -162,6 +162,10 @@ inline constexpr bool kClApplyHints = false;     // ... x, dy and the output wit
                                                  // apply was 2-5 % slower (fp32 main forward 5.41 against
                                                  // 5.30 ms, eval 3.79 against 3.61; benchmarks/NOTES.md)
 constexpr int cl_apply_rows(int element_bytes) { return element_bytes == 2 ? kClApplyRows16 : kClApplyRows; }
+// Programmatic dependent launch (sm_90): the second and later kernels of a call (the merge, the
+// applies, the per-channel reductions) are launched so that their CTAs may start while the kernel
+// before them finishes, and wait for it (wait_for_prior_grid) before they read what it wrote.
+inline constexpr bool kDependentLaunch = true;
 inline constexpr int kFlatThreads = 256;         // flat: a CTA's size
 inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's values, at most (up to G = 32)
 inline constexpr int kFlatMaxPerThread = 128;    // flat: ... in any plan (its float32 sums run in sequence: a
@@ -280,6 +284,7 @@ struct Launch {
   ClShape cl;         // channels-last plans
   int64_t cl_span;    // cl_split: the apply's rows per CTA and (n, tile) unit (see cl_apply_kernel)
   FlatShape flat;     // flat plans
+  bool dependent;     // the device takes programmatic dependent launches (see kDependentLaunch)
 };
 
 // The launch configuration of a cluster kernel, shared by the launch and the occupancy query.
@@ -335,13 +340,14 @@ inline ClWorkspace cl_split_workspace(const Problem& pr, const ClShape& s) {
 }
 
 // Per-channel sums over the batch of the backward's per-instance sums: dweight, dbias (each may
-// be absent); count 0 instance elements makes them zero.
-cudaError_t launch_channel_sums(const Problem& problem, ChannelVector dweight, ChannelVector dbias,
+// be absent); count 0 instance elements makes them zero. `dependent`: launched dependent on the
+// kernel before it (Launch::dependent).
+cudaError_t launch_channel_sums(const Problem& problem, ChannelVector dweight, ChannelVector dbias, bool dependent,
                                 cudaStream_t stream);
 // running = (1 - momentum) * running + momentum * (batch mean of the instances' mean / unbiased var).
 cudaError_t launch_running_stats(DType acc, const void* stats, int64_t batch, int64_t channels, int64_t count,
                                  double momentum, double eps, ChannelVector running_mean,
-                                 ChannelVector running_var, cudaStream_t stream);
+                                 ChannelVector running_var, bool dependent, cudaStream_t stream);
 cudaError_t launch_fill(ChannelVector target, int64_t count, double value, cudaStream_t stream);
 
 }  // namespace INSTANCE_NORM_NS
@@ -372,6 +378,24 @@ constexpr unsigned kFullMask = 0xffffffffu;
 #else
 #define IN_HAS_BF16_CVT 0
 #endif
+
+// Programmatic dependent launch (see kDependentLaunch). A kernel launched dependent must call
+// wait_for_prior_grid before it reads anything the kernel before it in the stream wrote, and before
+// it writes anything at all (that kernel may still read memory the allocator has handed on); the
+// wait returns once that kernel has completed and its writes are visible, and at once in a kernel
+// launched normally. allow_dependent_grid lets the next kernel's CTAs start (and wait) once every
+// CTA of this grid has called it or exited: a kernel whose whole grid is running can hand the
+// SMs it leaves idle to its successor's prologue.
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if IN_HAS_CLUSTERS
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependent_grid() {
+#if IN_HAS_CLUSTERS
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
 
 // A 16-byte vector stays packed in a uint4 so that 8 16-bit values cost 4 registers, not 8.
 __device__ __forceinline__ unsigned int word_of(const uint4& u, int i) {
@@ -1377,6 +1401,7 @@ struct OnchipShape {
 
 template <class Op, class Addr, int K>
 __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename Op::T> p, OnchipShape shape) {
+  allow_dependent_grid();  // the per-channel reduction that may follow (channel sums, running statistics)
   using T = typename Op::T;
   using Partial = typename Op::Partial;
   constexpr int kVec = Elem<T>::kVec;
@@ -1460,6 +1485,7 @@ __device__ __forceinline__ void prefetch_channel(const ChannelVector& v, int64_t
 
 template <class Op>
 __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::T> p, FlatShape shape) {
+  allow_dependent_grid();  // the per-channel reduction that may follow (channel sums, running statistics)
   using T = typename Op::T;
   using acc_t = typename Op::acc_t;
   using Partial = typename Op::Partial;
@@ -1645,6 +1671,7 @@ chunk_partials_kernel(Params<typename Op::T> p, typename Op::Partial* partials, 
   using Partial = typename Op::Partial;
   constexpr int KP = ChunkPieces<Op>::kVectors;
   __shared__ Partial warp_partials[2][kChunkThreads / kWarpSize];
+  allow_dependent_grid();  // the merge
   const int64_t total = p.num_instances * chunks_per_instance;
   int parity = 0;
   for (int64_t work = blockIdx.x; work < total; work += gridDim.x, parity ^= 1) {
@@ -1711,6 +1738,8 @@ __global__ void __launch_bounds__(kMergeThreads)
 merge_partials_kernel(Params<typename Op::T> p, const typename Op::Partial* partials, int64_t chunks_per_instance,
                       typename Op::acc_t* coefs) {
   using Partial = typename Op::Partial;
+  allow_dependent_grid();  // the apply: its CTAs load their first data while this merge waits and runs
+  wait_for_prior_grid();   // the partials
   auto finish = [&](int64_t instance, const Partial& s) {
     const typename Op::Known known = Op::known(p, instance);
     Op::publish(p, instance, s, known);
@@ -1739,15 +1768,17 @@ merge_partials_kernel(Params<typename Op::T> p, const typename Op::Partial* part
 
 template <class Op, class Addr>
 __global__ void __launch_bounds__(kChunkThreads) chunk_apply_kernel(Params<typename Op::T> p, int64_t chunks_per_instance) {
+  allow_dependent_grid();  // the per-channel reduction that may follow (channel sums, running statistics)
   using T = typename Op::T;
   constexpr int KP = ChunkPieces<Op>::kVectors;
   const int64_t total = p.num_instances * chunks_per_instance;
+  bool waited = false;
   for (int64_t i = blockIdx.x; i < total; i += gridDim.x) {
     const int64_t work = total - 1 - i;  // reverse of the first sweep: its last chunks may still be in L2
     const int64_t instance = work / chunks_per_instance;
     const int64_t chunk = work - instance * chunks_per_instance;
     const ChunkSpan span = chunk_span<T, Addr>(p.instance_size, instance, chunk);
-    const typename Op::Coef c = Op::published(p, instance);
+    typename Op::Coef c;
 #pragma unroll 1
     for (int piece = 0; piece < ChunkPieces<Op>::kCount; ++piece) {
       const int first = span.first + piece * KP * span.stride;
@@ -1755,6 +1786,12 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_apply_kernel(Params<typen
 #pragma unroll
       for (int t = 0; t < Op::kInputs; ++t) {
         load_whole_vectors<T, KP>(held[t], Op::input(p, t) + span.offset, first, span.stride, span.lo, span.hi);
+      }
+      if (piece == 0) {
+        // The inputs are no kernel's of this call: the first loads go out before the wait for the merge.
+        if (!waited) wait_for_prior_grid();
+        waited = true;
+        c = Op::published(p, instance);
       }
       store_whole<Op, KP, false>(p, held, p.out + span.offset, residual_at<Op>(p, span.offset), first, span.stride,
                                  span.lo, span.hi, c);
@@ -1993,6 +2030,7 @@ struct StreamShape {
 // bulk store and loaded again once that store has read it; otherwise loaded again at once.
 template <class Op, class Addr, int V>
 __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typename Op::T> p, StreamShape shape) {
+  allow_dependent_grid();  // the per-channel reduction that may follow (channel sums, running statistics)
   using T = typename Op::T;
   using Partial = typename Op::Partial;
   using Known = typename Op::Known;
@@ -2257,6 +2295,7 @@ __device__ __forceinline__ void cl_store_rows(const Params<typename Op::T>& p, c
 template <class Op, int K>
 __global__ void __launch_bounds__(Op::kInputs == 1 ? kClOnchipThreads : kClOnchipThreads / 2)
 cl_onchip_kernel(Params<typename Op::T> p, ClShape s) {
+  allow_dependent_grid();  // the per-channel reduction that may follow (channel sums, running statistics)
   using T = typename Op::T;
   using Partial = typename Op::Partial;
   constexpr int kVec = Elem<T>::kVec;
@@ -2433,6 +2472,7 @@ cl_partials_kernel(Params<typename Op::T> p, ClShape s, typename Op::Partial* pa
   const int64_t C = p.channels, M = p.instance_size;
   const int64_t per_n = int64_t(s.tiles) * s.chunks;
   const int64_t units = (p.num_instances / C) * per_n;
+  allow_dependent_grid();  // the merge
   for (int64_t work = blockIdx.x; work < units; work += gridDim.x) {
     const int64_t n = work / per_n;
     const int64_t tile = (work - n * per_n) / s.chunks;
@@ -2478,6 +2518,7 @@ cl_partials_kernel(Params<typename Op::T> p, ClShape s, typename Op::Partial* pa
 // The forward from running statistics has no merge: a thread per channel writes its Coef.
 template <class Op>
 __global__ void __launch_bounds__(kMergeThreads) cl_channel_coefs_kernel(Params<typename Op::T> p, typename Op::acc_t* coefs) {
+  allow_dependent_grid();  // the apply
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < p.channels; c += int64_t(gridDim.x) * blockDim.x) {
     store_coef<Op>(coefs, p.channels, c, Op::published(p, c));
   }
@@ -2530,6 +2571,7 @@ __device__ __forceinline__ void cl_load_coefs(typename Op::Coef (&c)[Elem<typena
 template <class Op>
 __global__ void __launch_bounds__(kClSplitThreads)
 cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span, const typename Op::acc_t* coefs, int64_t count) {
+  allow_dependent_grid();  // the per-channel reduction that may follow (channel sums, running statistics)
   using T = typename Op::T;
   using Coef = typename Op::Coef;
   constexpr int kVec = Elem<T>::kVec;
@@ -2550,6 +2592,7 @@ cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span, const typenam
     const int64_t offset = n * M * C + c0;
     uint4 raw[Op::kInputs][R];
     cl_load_rows<Op, R, kClApplyHints>(raw, p, offset, row0 + th.ty, s.ty, row_end, s.vec, true);
+    wait_for_prior_grid();  // the coefficients (the inputs are no kernel's of this call)
     Coef c[kVec];
     cl_load_coefs<Op>(c, coefs, count, (Op::kPartials ? n * C : 0) + c0, s.vec);
     with_op_activation<Op>(p, [&](auto tag) {
@@ -2568,6 +2611,7 @@ cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span, const typenam
 template <typename acc_t>
 __global__ void __launch_bounds__(kMergeThreads)
 channel_sums_kernel(const acc_t* sums, int64_t batch, int64_t channels, ChannelVector dweight, ChannelVector dbias) {
+  wait_for_prior_grid();  // the backward's sums
   const int lane = threadIdx.x & (kWarpSize - 1);
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
   const int64_t P = batch * channels;
@@ -2594,6 +2638,7 @@ template <typename acc_t>
 __global__ void __launch_bounds__(kMergeThreads)
 running_stats_kernel(const acc_t* stats, int64_t batch, int64_t channels, int64_t count, double momentum, double eps,
                      ChannelVector running_mean, ChannelVector running_var) {
+  wait_for_prior_grid();  // the forward's statistics
   const int lane = threadIdx.x & (kWarpSize - 1);
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
   const int64_t P = batch * channels;
@@ -2718,6 +2763,24 @@ const void* typed_kernel_for(const Plan& plan) {
 
 int64_t grid_limit(int64_t units) { return units < kMaxGrid ? units : kMaxGrid; }
 
+// Launches a kernel that follows another of the same call: dependent on it (programmatic dependent
+// launch, see kDependentLaunch) where the device takes that, else as <<<...>>> would.
+template <typename... Params, typename... Args>
+cudaError_t launch_after(bool dependent, void (*kernel)(Params...), dim3 grid, int block, int smem, cudaStream_t stream,
+                         Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(block);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = dependent && kDependentLaunch ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 template <typename T>
 int64_t typed_chunks_per_instance(int64_t instance_size) {
   constexpr int64_t kChunk = int64_t(kChunkThreads) * kChunkVectorsPerThread * Elem<T>::kVec;
@@ -2731,21 +2794,20 @@ int64_t typed_chunks_per_instance(int64_t instance_size) {
 inline constexpr int64_t kMergeCtaChunks = int64_t(kMergeBatch) * kWarpSize;
 
 template <class Op>
-void launch_merge(const Params<typename Op::T>& p, const typename Op::Partial* partials, int64_t chunks,
-                  typename Op::acc_t* coefs, cudaStream_t stream) {
+cudaError_t launch_merge(bool dependent, const Params<typename Op::T>& p, const typename Op::Partial* partials,
+                         int64_t chunks, typename Op::acc_t* coefs, cudaStream_t stream) {
   if (chunks >= kMergeCtaChunks) {
-    merge_partials_kernel<Op, true>
-        <<<grid_limit(p.num_instances), kMergeThreads, 0, stream>>>(p, partials, chunks, coefs);
-  } else {
-    constexpr int64_t kWarpsPerMerge = kMergeThreads / kWarpSize;
-    merge_partials_kernel<Op, false>
-        <<<grid_limit((p.num_instances + kWarpsPerMerge - 1) / kWarpsPerMerge), kMergeThreads, 0, stream>>>(
-            p, partials, chunks, coefs);
+    return launch_after(dependent, merge_partials_kernel<Op, true>, dim3(grid_limit(p.num_instances)), kMergeThreads,
+                        0, stream, p, partials, chunks, coefs);
   }
+  constexpr int64_t kWarpsPerMerge = kMergeThreads / kWarpSize;
+  return launch_after(dependent, merge_partials_kernel<Op, false>,
+                      dim3(grid_limit((p.num_instances + kWarpsPerMerge - 1) / kWarpsPerMerge)), kMergeThreads, 0,
+                      stream, p, partials, chunks, coefs);
 }
 
 template <class Op>
-cudaError_t launch_chunks(const Problem& pr, void* workspace, cudaStream_t stream) {
+cudaError_t launch_chunks(const Problem& pr, const Launch& launch, void* workspace, cudaStream_t stream) {
   using T = typename Op::T;
   const Params<T> p = params_of<T>(pr);
   const int64_t chunks = typed_chunks_per_instance<T>(pr.instance_size);
@@ -2753,12 +2815,17 @@ cudaError_t launch_chunks(const Problem& pr, void* workspace, cudaStream_t strea
   if constexpr (Op::kPartials) {
     auto* partials = static_cast<typename Op::Partial*>(workspace);
     chunk_partials_kernel<Op, Spans><<<grid, kChunkThreads, 0, stream>>>(p, partials, chunks);
-    launch_merge<Op>(p, partials, chunks, nullptr, stream);
+    const cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess) return error;
+    const cudaError_t merged = launch_merge<Op>(launch.dependent, p, partials, chunks, nullptr, stream);
+    if (merged != cudaSuccess) return merged;
   }
   if constexpr (!(Op::kPartials && Op::kCoefKnown)) {
-    chunk_apply_kernel<Op, Spans><<<grid, kChunkThreads, 0, stream>>>(p, chunks);
+    // The first kernel of the call when it has no partials (running statistics): launched plainly.
+    return launch_after(launch.dependent && Op::kPartials, chunk_apply_kernel<Op, Spans>, dim3(grid), kChunkThreads,
+                        0, stream, p, chunks);
   }
-  return cudaGetLastError();
+  return cudaSuccess;
 }
 
 // Channels-last split: partials per (instance, chunk), the multi_cta merge, the element map.
@@ -2777,23 +2844,28 @@ cudaError_t launch_cl_split(const Problem& pr, const Launch& launch, void* works
     auto* partials = static_cast<Partial*>(workspace);
     const int smem = static_cast<int>(int64_t(s.ty) * s.tx * s.vec * sizeof(Partial));
     cl_partials_kernel<Op><<<grid, cl_block(s), smem, stream>>>(p, s, partials);
-    launch_merge<Op>(p, partials, s.chunks, coefs, stream);
+    const cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess) return error;
+    const cudaError_t merged = launch_merge<Op>(launch.dependent, p, partials, s.chunks, coefs, stream);
+    if (merged != cudaSuccess) return merged;
   } else {
     cl_channel_coefs_kernel<Op>
         <<<static_cast<unsigned>(grid_limit((pr.channels + kMergeThreads - 1) / kMergeThreads)), kMergeThreads, 0,
            stream>>>(p, coefs);
+    const cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess) return error;
   }
   // The apply: launch.grid blocks of rows by the (n, tile) units (see cl_apply_kernel).
   const int64_t units = (pr.num_instances / pr.channels) * s.tiles;
   const dim3 apply_grid(launch.grid, static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, kMaxGridY))));
-  cl_apply_kernel<Op><<<apply_grid, cl_block(s), 0, stream>>>(p, s, launch.cl_span, coefs, ws.coef_count);
-  return cudaGetLastError();
+  return launch_after(launch.dependent, cl_apply_kernel<Op>, apply_grid, cl_block(s), 0, stream, p, s, launch.cl_span,
+                      static_cast<const typename Op::acc_t*>(coefs), ws.coef_count);
 }
 
 template <class Op>
 cudaError_t launch_typed(const Plan& plan, const Problem& pr, const Launch& launch, void* workspace,
                          cudaStream_t stream) {
-  if (plan.regime == Regime::kMultiCta) return launch_chunks<Op>(pr, workspace, stream);
+  if (plan.regime == Regime::kMultiCta) return launch_chunks<Op>(pr, launch, workspace, stream);
   if (plan.regime == Regime::kClSplit) return launch_cl_split<Op>(pr, launch, workspace, stream);
   // Kernels taking (Params, a shape struct) without clusters: flat and cl_onchip.
   auto launch_plain = [&](auto shape) {
@@ -2881,26 +2953,26 @@ cudaError_t launch_plan(const Plan& plan, const Problem& problem, const Launch& 
                  [&](auto op) { return launch_typed<decltype(op)>(plan, problem, launch, workspace, stream); });
 }
 
-cudaError_t launch_channel_sums(const Problem& pr, ChannelVector dweight, ChannelVector dbias, cudaStream_t stream) {
+cudaError_t launch_channel_sums(const Problem& pr, ChannelVector dweight, ChannelVector dbias, bool dependent,
+                                cudaStream_t stream) {
   const int64_t batch = pr.channels > 0 ? pr.num_instances / pr.channels : 0;
   if (pr.channels == 0) return cudaSuccess;
   return with_acc(pr.dtype, [&](auto tag) {
     using acc_t = decltype(tag);
-    channel_sums_kernel<acc_t><<<channel_grid(pr.channels), kMergeThreads, 0, stream>>>(
-        static_cast<const acc_t*>(pr.sums), batch, pr.channels, dweight, dbias);
-    return cudaGetLastError();
+    return launch_after(dependent, channel_sums_kernel<acc_t>, dim3(channel_grid(pr.channels)), kMergeThreads, 0,
+                        stream, static_cast<const acc_t*>(pr.sums), batch, pr.channels, dweight, dbias);
   });
 }
 
 cudaError_t launch_running_stats(DType acc, const void* stats, int64_t batch, int64_t channels, int64_t count,
                                  double momentum, double eps, ChannelVector running_mean, ChannelVector running_var,
-                                 cudaStream_t stream) {
+                                 bool dependent, cudaStream_t stream) {
   if (channels == 0) return cudaSuccess;
   return with_acc(acc, [&](auto tag) {
     using acc_t = decltype(tag);
-    running_stats_kernel<acc_t><<<channel_grid(channels), kMergeThreads, 0, stream>>>(
-        static_cast<const acc_t*>(stats), batch, channels, count, momentum, eps, running_mean, running_var);
-    return cudaGetLastError();
+    return launch_after(dependent, running_stats_kernel<acc_t>, dim3(channel_grid(channels)), kMergeThreads, 0, stream,
+                        static_cast<const acc_t*>(stats), batch, channels, count, momentum, eps, running_mean,
+                        running_var);
   });
 }
 
@@ -3617,6 +3689,7 @@ void run(const Plan& plan, const Problem& problem) {
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int64_t P = problem.num_instances;
   Launch launch{};
+  launch.dependent = has_clusters();
   at::Tensor workspace;  // multi_cta and cl_split chunk partials, owned by the caching allocator
   auto allocate = [&](int64_t bytes) {
     if (bytes > 0) {
@@ -3918,7 +3991,7 @@ std::tuple<at::Tensor, at::Tensor> channel_gradients(const Problem& pr, const c1
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if (dw.data == nullptr && db.data == nullptr) return {dweight, dbias};
   if (pr.num_instances > 0 && pr.instance_size > 0) {
-    C10_CUDA_CHECK(launch_channel_sums(pr, dw, db, stream));
+    C10_CUDA_CHECK(launch_channel_sums(pr, dw, db, has_clusters(), stream));
   } else {  // sums over nothing
     if (dw.data) C10_CUDA_CHECK(launch_fill(dw, dweight.numel(), 0.0, stream));
     if (db.data) C10_CUDA_CHECK(launch_fill(db, dbias.numel(), 0.0, stream));
@@ -4135,7 +4208,7 @@ void update_running_stats(const at::Tensor& stats, const at::Tensor& running_mea
     return ChannelVector{t.data_ptr(), dtype_of(t.scalar_type()), t.numel() > 1 ? t.stride(0) : 1};
   };
   C10_CUDA_CHECK(launch_running_stats(dtype_of(stats.scalar_type()), stats.data_ptr(), batch, channels, count, momentum,
-                                      eps, as_vector(running_mean), as_vector(running_var),
+                                      eps, as_vector(running_mean), as_vector(running_var), has_clusters(),
                                       c10::cuda::getCurrentCUDAStream()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
