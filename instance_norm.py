@@ -97,6 +97,13 @@ reduced over the batch by a kernel in a fixed order too. Instances that do not s
 16-byte boundary hand their few edge elements to as many threads, one scalar access each;
 everything else moves in 16-byte vectors.
 
+On sm_90 a call's later kernels (the merge and the element map of multi_cta and cl_split, the
+affine gradients' per-channel sums, the running-statistics update) are launched dependent on the
+kernel before them (programmatic dependent launch): their CTAs may start while it finishes, the
+element maps load their inputs, and each waits for it before reading what it wrote. The call's
+first kernel is launched plainly: made dependent too, it slowed back-to-back forwards in CUDA-graph
+replay by up to 25 % (benchmarks/NOTES.md).
+
 The C++ is two translation units built in parallel: the kernels, compiled by nvcc without ATen
 headers, and the host side (plan space, checks, autograd, operator registration), compiled by the
 C++ compiler alone; a small interface of plain types joins them. Measurements and the history of

@@ -891,6 +891,62 @@ def test_non_default_stream(inorm, rng, shape):
     torch.cuda.synchronize()
 
 
+# (plan, layout, shape): the two families of three kernels a call, and a one-kernel plan whose
+# per-channel kernels (channel sums, running statistics) follow it.
+CHAINS = [("multi_cta", "contiguous", (2, 6, 45, 47)), ("cl_split", "channels_last", (2, 8, 33, 35)),
+          ("default", "contiguous", (4, 16, 9, 9))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("chain", CHAINS, ids=[c[0] for c in CHAINS])
+def test_back_to_back_calls(inorm, ops, rng, dtype, chain):
+    """Calls issued back to back, with no synchronization between them, give bitwise what each gives
+    alone. A call's later kernels (the merge and apply of multi_cta and cl_split, the affine
+    gradients' channel sums, the running-statistics update) are launched dependent on the kernel
+    before them (programmatic dependent launch, sm_90: they may start before it ends and wait for it
+    before reading what it wrote), and each call's workspace is the memory the previous call has
+    just freed: a read that came too early would find the previous call's partials or coefficients."""
+    name, layout, shape = chain
+    plan = None if name == "default" else getattr(inorm.Plan, name)()
+    c = shape[1]
+    weight = (torch.randn(c, device="cuda") * 2).to(dtype)
+    bias = torch.randn(c, device="cuda").to(dtype)
+    xs = [with_layout(make_input(shape, dtype, rng), layout) for _ in range(6)]
+    dys = [torch.randn_like(x) for x in xs]
+
+    def forward(x):
+        return ops.forward(x, weight, bias, 1e-5) if plan is None else inorm.forward_with_plan(x, weight, bias, 1e-5, plan)
+
+    def backward(dy, x, stats):
+        if plan is None:
+            return ops.backward(dy, x, weight, bias, stats)
+        return inorm.backward_with_plan(dy, x, weight, bias, stats, plan)
+
+    def run(sync):
+        outs, running = [], []
+        rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
+        for x, dy in zip(xs, dys):
+            y, stats = forward(x)
+            ops.update_running_stats(stats, rm, rv, shape[0], shape[2] * shape[3], 0.3, 1e-5)
+            outs.append((y, stats) + tuple(backward(dy, x, stats)))
+            running.append((rm.clone(), rv.clone()))
+            if sync:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        return outs, running
+
+    alone, alone_running = run(True)
+    chained, chained_running = run(False)
+    names = ("y", "stats", "dx", "dweight", "dbias")
+    for i in range(len(xs)):
+        for what, a, b in zip(names, alone[i], chained[i]):
+            assert torch.equal(a, b), f"{name} {dtype} call {i}: {what} differs when the calls run back to back"
+        for what, a, b in zip(("running_mean", "running_var"), alone_running[i], chained_running[i]):
+            assert torch.equal(a, b), f"{name} {dtype} call {i}: {what} differs when the calls run back to back"
+        ref = reference(xs[i], weight, bias)
+        assert_close_to(alone[i][0], ref, dtype, f"{name} {dtype} call {i}")
+
+
 @pytest.mark.parametrize("shape", [(2, 3, 17, 19), (4, 8, 64, 64), (2, 4, 512, 512), (1, 2, 3000, 3000)], ids=str)
 def test_cuda_graph_capture(inorm, rng, shape):
     c = shape[1]
