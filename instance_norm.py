@@ -97,12 +97,13 @@ reduced over the batch by a kernel in a fixed order too. Instances that do not s
 16-byte boundary hand their few edge elements to as many threads, one scalar access each;
 everything else moves in 16-byte vectors.
 
-On sm_90 a call's later kernels (the merge and the element map of multi_cta and cl_split, the
-affine gradients' per-channel sums, the running-statistics update) are launched dependent on the
-kernel before them (programmatic dependent launch): their CTAs may start while it finishes, the
-element maps load their inputs, and each waits for it before reading what it wrote. The call's
-first kernel is launched plainly: made dependent too, it slowed back-to-back forwards in CUDA-graph
-replay by up to 25 % (benchmarks/NOTES.md).
+On sm_90 devices (with kernels built for sm_90 or newer) a call's later kernels (the merge and the
+element map of multi_cta and cl_split, the affine gradients' per-channel sums) are launched
+dependent on the kernel before them (programmatic dependent launch): their CTAs may start while it
+finishes, the element maps load their inputs, and each waits for it before reading what it wrote
+or writing anything. So is the running-statistics update, an op of its own whose one kernel
+follows the forward's. A call's first kernel is launched plainly: made dependent too, it slowed
+back-to-back forwards in CUDA-graph replay by up to 25 % (benchmarks/NOTES.md).
 
 The C++ is two translation units built in parallel: the kernels, compiled by nvcc without ATen
 headers, and the host side (plan space, checks, autograd, operator registration), compiled by the
@@ -348,7 +349,7 @@ inline ClWorkspace cl_split_workspace(const Problem& pr, const ClShape& s) {
 
 // Per-channel sums over the batch of the backward's per-instance sums: dweight, dbias (each may
 // be absent); count 0 instance elements makes them zero. `dependent`: launched dependent on the
-// kernel before it (Launch::dependent).
+// kernel before it (the host passes has_clusters(), as for Launch::dependent).
 cudaError_t launch_channel_sums(const Problem& problem, ChannelVector dweight, ChannelVector dbias, bool dependent,
                                 cudaStream_t stream);
 // running = (1 - momentum) * running + momentum * (batch mean of the instances' mean / unbiased var).
@@ -2533,7 +2534,9 @@ __global__ void __launch_bounds__(kMergeThreads) cl_channel_coefs_kernel(Params<
 
 // A thread's coefficients for its vec channels, entries [index, index + vec) of the array (see
 // store_coef): with vec == kVec the entries are kVec-aligned (C is a multiple of kVec), so each
-// field comes as 16-byte vectors.
+// field comes as 16-byte vectors. Plain loads, not the read-only path (__ldg): with a dependent launch
+// the merge that writes the array may still run while this kernel does (read after its
+// wait_for_prior_grid), and ld.global.nc promises data that no one writes during the kernel.
 template <class Op>
 __device__ __forceinline__ void cl_load_coefs(typename Op::Coef (&c)[Elem<typename Op::T>::kVec],
                                               const typename Op::acc_t* coefs, int64_t count, int64_t index, int vec) {
@@ -2548,7 +2551,7 @@ __device__ __forceinline__ void cl_load_coefs(typename Op::Coef (&c)[Elem<typena
       const uint4* from = reinterpret_cast<const uint4*>(coefs + f * count + index);
 #pragma unroll
       for (int q = 0; q < kPieces; ++q) {
-        const uint4 u = __ldg(from + q);
+        const uint4 u = from[q];
         memcpy(reinterpret_cast<char*>(v) + q * kVectorBytes, &u, kVectorBytes);
       }
     } else {
@@ -2770,8 +2773,13 @@ const void* typed_kernel_for(const Plan& plan) {
 
 int64_t grid_limit(int64_t units) { return units < kMaxGrid ? units : kMaxGrid; }
 
-// Launches a kernel that follows another of the same call: dependent on it (programmatic dependent
-// launch, see kDependentLaunch) where the device takes that, else as <<<...>>> would.
+// Launches a kernel that follows another of the same call (or, for the running statistics, the
+// forward's kernel): dependent on the kernel before it in the stream (programmatic dependent launch,
+// see kDependentLaunch) where `dependent` says the device takes that, else as <<<...>>> would. The
+// kernel must wait_for_prior_grid before it reads that kernel's results or writes anything. Whatever
+// came before that kernel is complete by then too, as long as that kernel waited for it (ours do, or
+// were launched plainly); a foreign kernel in between that was launched dependent and never waited
+// is the one case where this rests on the stream's ordering rather than on our waits.
 template <typename... Params, typename... Args>
 cudaError_t launch_after(bool dependent, void (*kernel)(Params...), dim3 grid, int block, int smem, cudaStream_t stream,
                          Args... args) {

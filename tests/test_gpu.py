@@ -30,6 +30,8 @@ from conftest import (  # shared helpers
     REGIMES,
     has_clusters,
     reference,
+    reference_stats,
+    PARAM_TOL,
     natural_dx,
     natural_y,
     rel_err,
@@ -900,19 +902,23 @@ CHAINS = [("multi_cta", "contiguous", (2, 6, 45, 47)), ("cl_split", "channels_la
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("chain", CHAINS, ids=[c[0] for c in CHAINS])
 def test_back_to_back_calls(inorm, ops, rng, dtype, chain):
-    """Calls issued back to back, with no synchronization between them, give bitwise what each gives
-    alone. A call's later kernels (the merge and apply of multi_cta and cl_split, the affine
-    gradients' channel sums, the running-statistics update) are launched dependent on the kernel
-    before them (programmatic dependent launch, sm_90: they may start before it ends and wait for it
-    before reading what it wrote), and each call's workspace is the memory the previous call has
-    just freed: a read that came too early would find the previous call's partials or coefficients."""
+    """A call's later kernels (the merge and apply of multi_cta and cl_split, the affine gradients'
+    channel sums, the running-statistics update, eval's coefficients and apply) are launched dependent
+    on the kernel before them (programmatic dependent launch, sm_90): they may start before it ends,
+    and must wait for it before they read what it wrote. Each call's outputs and workspace come from
+    blocks the allocator was just handed full of NaN (poison_allocator), so a read that came too early
+    finds NaN or another call's values. Six calls run twice: each alone (a synchronize after it), and
+    all queued behind a sleeping kernel so that the GPU runs them back to back, every dependent kernel
+    as early as it may start. Both runs must agree bitwise, and every output with float64."""
     name, layout, shape = chain
     plan = None if name == "default" else getattr(inorm.Plan, name)()
-    c = shape[1]
+    n, c, h, w = shape
     weight = (torch.randn(c, device="cuda") * 2).to(dtype)
     bias = torch.randn(c, device="cuda").to(dtype)
-    xs = [with_layout(make_input(shape, dtype, rng), layout) for _ in range(6)]
+    # Scales near 1, as the eval tests take: eval's x * scale + shift then has no cancellation to speak of.
+    xs = [with_layout(make_input(shape, dtype, rng, log_scale=(-0.5, 0.5)), layout) for _ in range(6)]
     dys = [torch.randn_like(x) for x in xs]
+    poison = 4 * xs[0].numel() * xs[0].element_size()  # more than any output or workspace of a call
 
     def forward(x):
         return ops.forward(x, weight, bias, 1e-5) if plan is None else inorm.forward_with_plan(x, weight, bias, 1e-5, plan)
@@ -922,29 +928,52 @@ def test_back_to_back_calls(inorm, ops, rng, dtype, chain):
             return ops.backward(dy, x, weight, bias, stats)
         return inorm.backward_with_plan(dy, x, weight, bias, stats, plan)
 
-    def run(sync):
-        outs, running = [], []
+    def run(chained):
+        outs = []
         rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
+        if chained:
+            torch.cuda._sleep(50_000_000)  # the calls below queue up behind it
         for x, dy in zip(xs, dys):
+            poison_allocator(poison)
             y, stats = forward(x)
-            ops.update_running_stats(stats, rm, rv, shape[0], shape[2] * shape[3], 0.3, 1e-5)
-            outs.append((y, stats) + tuple(backward(dy, x, stats)))
-            running.append((rm.clone(), rv.clone()))
-            if sync:
+            ops.update_running_stats(stats, rm, rv, n, h * w, 0.3, 1e-5)
+            poison_allocator(poison)
+            dx, dweight, dbias = backward(dy, x, stats)
+            poison_allocator(poison)
+            y_eval = ops.eval_forward(x, rm, rv, weight, bias, 1e-5)
+            outs.append((y, stats, dx, dweight, dbias, rm.clone(), rv.clone(), y_eval))
+            if not chained:
                 torch.cuda.synchronize()
         torch.cuda.synchronize()
-        return outs, running
+        return outs
 
-    alone, alone_running = run(True)
-    chained, chained_running = run(False)
-    names = ("y", "stats", "dx", "dweight", "dbias")
-    for i in range(len(xs)):
-        for what, a, b in zip(names, alone[i], chained[i]):
-            assert torch.equal(a, b), f"{name} {dtype} call {i}: {what} differs when the calls run back to back"
-        for what, a, b in zip(("running_mean", "running_var"), alone_running[i], chained_running[i]):
-            assert torch.equal(a, b), f"{name} {dtype} call {i}: {what} differs when the calls run back to back"
-        ref = reference(xs[i], weight, bias)
-        assert_close_to(alone[i][0], ref, dtype, f"{name} {dtype} call {i}")
+    alone, chained = run(False), run(True)
+    names = ("y", "stats", "dx", "dweight", "dbias", "running_mean", "running_var", "eval y")
+    mean_ref, var_ref = torch.zeros(c, dtype=torch.float64, device="cuda"), torch.ones(c, dtype=torch.float64, device="cuda")
+    for i, (x, dy) in enumerate(zip(xs, dys)):
+        what = f"{name} {dtype} call {i}"
+        for label, a, b in zip(names, alone[i], chained[i]):
+            assert torch.equal(a, b), f"{what}: {label} differs when the calls run back to back"
+        y, stats, dx, dweight, dbias, rm, rv, y_eval = chained[i]
+        assert_close_to(y, reference(x, weight, bias), dtype, f"{what}: y")
+        assert_stats_close(stats, x, 1e-5, f"{what}: stats")
+        xd, wd, bd = (t.double().requires_grad_() for t in (x, weight, bias))
+        want = torch.autograd.grad(reference(xd, wd, bd), [xd, wd, bd], dy.double())
+        natural = natural_dx(x, weight, dy.double())
+        err = (dx.double() - want[0]).norm().item() / max(want[0].norm().item(), natural)
+        assert err <= 4 * TOL[dtype][0], f"{what}: dx relative error {err:.3g}"
+        for label, got, ref in (("dweight", dweight, want[1]), ("dbias", dbias, want[2])):
+            assert rel_err(got, ref) <= PARAM_TOL[dtype], f"{what}: {label} relative error {rel_err(got, ref):.3g}"
+        inst_mean, inst_rstd = reference_stats(x, 1e-5)
+        unbiased = (inst_rstd.pow(-2) - 1e-5) * (h * w) / (h * w - 1)
+        mean_ref = 0.7 * mean_ref + 0.3 * inst_mean.view(n, c).mean(0)
+        var_ref = 0.7 * var_ref + 0.3 * unbiased.view(n, c).mean(0)
+        for label, got, ref in (("running_mean", rm, mean_ref), ("running_var", rv, var_ref)):
+            bound = 1e-4 * (1 + ref.abs().max().item())
+            assert (got.double() - ref).abs().max().item() <= bound, f"{what}: {label}"
+        eval_ref = (x.double() - rm.double().view(1, c, 1, 1)) * torch.rsqrt(rv.double().view(1, c, 1, 1) + 1e-5)
+        eval_ref = eval_ref * weight.double().view(1, c, 1, 1) + bias.double().view(1, c, 1, 1)
+        assert_close_to(y_eval, eval_ref, dtype, f"{what}: eval y")
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 17, 19), (4, 8, 64, 64), (2, 4, 512, 512), (1, 2, 3000, 3000)], ids=str)
