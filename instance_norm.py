@@ -104,6 +104,7 @@ finishes, the element maps load their inputs, and each waits for it before readi
 or writing anything. So is the running-statistics update, an op of its own whose one kernel
 follows the forward's. A call's first kernel is launched plainly: made dependent too, it slowed
 back-to-back forwards in CUDA-graph replay by up to 25 % (benchmarks/NOTES.md).
+``INSTANCE_NORM_DEPENDENT_LAUNCH=0`` in the environment launches every kernel plainly.
 
 The C++ is two translation units built in parallel: the kernels, compiled by nvcc without ATen
 headers, and the host side (plan space, checks, autograd, operator registration), compiled by the
@@ -292,7 +293,7 @@ struct Launch {
   ClShape cl;         // channels-last plans
   int64_t cl_span;    // cl_split: the apply's rows per CTA and (n, tile) unit (see cl_apply_kernel)
   FlatShape flat;     // flat plans
-  bool dependent;     // the device takes programmatic dependent launches (see kDependentLaunch)
+  bool dependent;     // launch a call's later kernels dependent (see kDependentLaunch, dependent_launch)
 };
 
 // The launch configuration of a cluster kernel, shared by the launch and the occupancy query.
@@ -349,7 +350,7 @@ inline ClWorkspace cl_split_workspace(const Problem& pr, const ClShape& s) {
 
 // Per-channel sums over the batch of the backward's per-instance sums: dweight, dbias (each may
 // be absent); count 0 instance elements makes them zero. `dependent`: launched dependent on the
-// kernel before it (the host passes has_clusters(), as for Launch::dependent).
+// kernel before it (the host passes dependent_launch(), as for Launch::dependent).
 cudaError_t launch_channel_sums(const Problem& problem, ChannelVector dweight, ChannelVector dbias, bool dependent,
                                 cudaStream_t stream);
 // running = (1 - momentum) * running + momentum * (batch mean of the instances' mean / unbiased var).
@@ -3014,6 +3015,7 @@ _HOST_SOURCE = r"""
 #include <c10/cuda/CUDAStream.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -3066,6 +3068,17 @@ DeviceInfo device_info() {
 bool has_clusters() {
   const DeviceInfo info = device_info();
   return info.major >= 9 && info.kernel_arch >= 90;
+}
+
+// Whether a call's later kernels are launched dependent on the kernel before them (see
+// kDependentLaunch): where the device and the kernels' build take it (as clusters), unless
+// INSTANCE_NORM_DEPENDENT_LAUNCH=0 was in the environment when the first call read it.
+bool dependent_launch() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("INSTANCE_NORM_DEPENDENT_LAUNCH");
+    return value == nullptr || std::string(value) != "0";
+  }();
+  return enabled && has_clusters();
 }
 
 // How many CTAs (cluster 1) or clusters of `kernel` can be resident at once, from the occupancy
@@ -3704,7 +3717,7 @@ void run(const Plan& plan, const Problem& problem) {
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int64_t P = problem.num_instances;
   Launch launch{};
-  launch.dependent = has_clusters();
+  launch.dependent = dependent_launch();
   at::Tensor workspace;  // multi_cta and cl_split chunk partials, owned by the caching allocator
   auto allocate = [&](int64_t bytes) {
     if (bytes > 0) {
@@ -4006,7 +4019,7 @@ std::tuple<at::Tensor, at::Tensor> channel_gradients(const Problem& pr, const c1
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if (dw.data == nullptr && db.data == nullptr) return {dweight, dbias};
   if (pr.num_instances > 0 && pr.instance_size > 0) {
-    C10_CUDA_CHECK(launch_channel_sums(pr, dw, db, has_clusters(), stream));
+    C10_CUDA_CHECK(launch_channel_sums(pr, dw, db, dependent_launch(), stream));
   } else {  // sums over nothing
     if (dw.data) C10_CUDA_CHECK(launch_fill(dw, dweight.numel(), 0.0, stream));
     if (db.data) C10_CUDA_CHECK(launch_fill(db, dbias.numel(), 0.0, stream));
@@ -4223,7 +4236,7 @@ void update_running_stats(const at::Tensor& stats, const at::Tensor& running_mea
     return ChannelVector{t.data_ptr(), dtype_of(t.scalar_type()), t.numel() > 1 ? t.stride(0) : 1};
   };
   C10_CUDA_CHECK(launch_running_stats(dtype_of(stats.scalar_type()), stats.data_ptr(), batch, channels, count, momentum,
-                                      eps, as_vector(running_mean), as_vector(running_var), has_clusters(),
+                                      eps, as_vector(running_mean), as_vector(running_var), dependent_launch(),
                                       c10::cuda::getCurrentCUDAStream()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

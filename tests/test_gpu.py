@@ -976,6 +976,38 @@ def test_back_to_back_calls(inorm, ops, rng, dtype, chain):
         assert_close_to(y_eval, eval_ref, dtype, f"{what}: eval y")
 
 
+def test_dependent_launch_switch(inorm, tmp_path):
+    """INSTANCE_NORM_DEPENDENT_LAUNCH=0 launches every kernel plainly, with bitwise the same results
+    (a fresh process: the switch is read once). multi_cta forward and backward, affine."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (
+        "import sys, torch\n"
+        "import instance_norm as m\n"
+        "g = torch.Generator(device='cuda').manual_seed(5)\n"
+        "x = torch.randn(2, 6, 45, 47, device='cuda', generator=g)\n"
+        "dy = torch.randn(2, 6, 45, 47, device='cuda', generator=g)\n"
+        "w, b = torch.randn(6, device='cuda', generator=g), torch.randn(6, device='cuda', generator=g)\n"
+        "y, stats = m.forward_with_plan(x, w, b, 1e-5, m.Plan.multi_cta())\n"
+        "dx, dw, db = m.backward_with_plan(dy, x, w, b, stats, m.Plan.multi_cta())\n"
+        "torch.save([t.cpu() for t in (y, stats, dx, dw, db)], sys.argv[1])\n"
+    )
+    results = []
+    for value in ("1", "0"):
+        env = dict(os.environ, INSTANCE_NORM_DEPENDENT_LAUNCH=value)
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        path = str(tmp_path / f"out_{value}.pt")
+        done = subprocess.run([sys.executable, "-c", code, path], cwd=root, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        results.append(torch.load(path))
+    for label, a, b in zip(("y", "stats", "dx", "dweight", "dbias"), *results):
+        assert torch.equal(a, b), f"{label} differs with INSTANCE_NORM_DEPENDENT_LAUNCH=0"
+
+
 @pytest.mark.parametrize("shape", [(2, 3, 17, 19), (4, 8, 64, 64), (2, 4, 512, 512), (1, 2, 3000, 3000)], ids=str)
 def test_cuda_graph_capture(inorm, rng, shape):
     c = shape[1]
