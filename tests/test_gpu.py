@@ -11,6 +11,9 @@ conftest.py.
 """
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -979,10 +982,6 @@ def test_back_to_back_calls(inorm, ops, rng, dtype, chain):
 def test_dependent_launch_switch(inorm, tmp_path):
     """INSTANCE_NORM_DEPENDENT_LAUNCH=0 launches every kernel plainly, with bitwise the same results
     (a fresh process: the switch is read once). multi_cta forward and backward, affine."""
-    import os
-    import subprocess
-    import sys
-
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = (
         "import sys, torch\n"
