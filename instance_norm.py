@@ -792,14 +792,16 @@ __device__ __forceinline__ Boundary boundary_of(int64_t size, int head) {
 // it is used when it lies wholly inside [lo, hi).
 __device__ __forceinline__ bool whole(int e, int vec, int lo, int hi) { return e >= lo && e + vec <= hi; }
 
-template <typename T, int K>
+// kStream: streaming loads (evict-first in L2), else plain ones.
+template <typename T, int K, bool kStream = true>
 __device__ __forceinline__ void load_whole_vectors(uint4 (&raw)[K], const T* base, int first, int stride, int lo,
                                                    int hi) {
   constexpr int kVec = Elem<T>::kVec;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int e = first + k * stride;
-    raw[k] = whole(e, kVec, lo, hi) ? __ldcs(reinterpret_cast<const uint4*>(base + e)) : make_uint4(0, 0, 0, 0);
+    const uint4* at = reinterpret_cast<const uint4*>(base + e);
+    raw[k] = !whole(e, kVec, lo, hi) ? make_uint4(0, 0, 0, 0) : kStream ? __ldcs(at) : *at;
   }
 }
 
@@ -1673,6 +1675,14 @@ struct ChunkPieces {
   static constexpr int kVectors = kChunkVectorsPerThread / Op::kInputs;
 };
 
+// The first sweep loads plainly, the apply (the data's last read) streaming (evict-first): the
+// sweep's tail then stays in L2 for the apply, which runs the chunks in reverse order. Against
+// streaming loads in both, at (1,2,4096,4096) and (2,4,2048,2048) on the H200: the forward -1 to -4 %
+// in do_bench (L2 flushed) and -0.7 to +1.5 % in CUDA-graph replay (with running statistics: +0.5 to
+// +2.4 %), the training step -2 to -4 % in both. An L2 evict_last policy on the sweep's last 12-40 MB
+// did no better (benchmarks/NOTES.md, 2026-11-30).
+inline constexpr bool kChunkStreamFirstSweep = false;
+
 template <class Op, class Addr>
 __global__ void __launch_bounds__(kChunkThreads)
 chunk_partials_kernel(Params<typename Op::T> p, typename Op::Partial* partials, int64_t chunks_per_instance) {
@@ -1695,7 +1705,8 @@ chunk_partials_kernel(Params<typename Op::T> p, typename Op::Partial* partials, 
       uint4 held[Op::kInputs][KP];
 #pragma unroll
       for (int t = 0; t < Op::kInputs; ++t) {
-        load_whole_vectors<T, KP>(held[t], Op::input(p, t) + span.offset, first, span.stride, span.lo, span.hi);
+        load_whole_vectors<T, KP, kChunkStreamFirstSweep>(held[t], Op::input(p, t) + span.offset, first,
+                                                          span.stride, span.lo, span.hi);
       }
       const Partial q = Op::template thread_partial<KP>(held, first, span.stride, span.lo, span.hi, known);
       s = piece == 0 ? q : combine(s, q);
