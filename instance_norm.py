@@ -1676,11 +1676,14 @@ struct ChunkPieces {
 };
 
 // The first sweep loads plainly, the apply (the data's last read) streaming (evict-first): the
-// sweep's tail then stays in L2 for the apply, which runs the chunks in reverse order. Against
-// streaming loads in both, at (1,2,4096,4096) and (2,4,2048,2048) on the H200: the forward -1 to -4 %
-// in do_bench (L2 flushed) and -0.7 to +1.5 % in CUDA-graph replay (with running statistics: +0.5 to
-// +2.4 %), the training step -2 to -4 % in both. An L2 evict_last policy on the sweep's last 12-40 MB
-// did no better (benchmarks/NOTES.md, 2026-11-30).
+// sweep's tail then presumably stays in L2 for the apply, which runs the chunks in reverse order.
+// Against streaming loads in both, at (1,2,4096,4096) and (2,4,2048,2048) on the H200: the forward
+// -1.3 to -4.3 % in do_bench (L2 flushed) and -0.2 to +1.3 % in CUDA-graph replay (with running
+// statistics: -1.6 to -4.0 % and -1.2 to +2.7 %), the training step -2 to -4 % in both. An L2
+// evict_last policy on the sweep's last 12-40 MB did no better (benchmarks/NOTES.md, 2026-11-30).
+// Where the coefficients are known (running statistics in eval mode) the sweep is the only read;
+// streaming it there too took the eval training step at (1,2,4096,4096) 1.03x longer (fp32 and bf16,
+// do_bench and graph replay) and left the eval forward within 0.3 % (2026-11-30 nineteenth session).
 inline constexpr bool kChunkStreamFirstSweep = false;
 
 template <class Op, class Addr>
@@ -3572,13 +3575,45 @@ int64_t capacity(DType dtype, Direction direction, const Plan& plan, const Shape
 
 Shape nchw(int64_t instance_size) { return {instance_size, 1, false, false, 1, false}; }
 
-// The stream plan of the smallest cluster whose slices fit, with as many stages as fit. The
-// backward tries its run-ahead plans (kStreamAheadVectors) first: on the H200 they took 0.87x the
-// time of the plain plan at bf16 (112,64,512,512), 0.93x at bf16 and 0.88x at fp32 (16,64,256,256)
-// (benchmarks/NOTES.md, 2026-11-29 seventh session).
-Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool* found) {
+// Few instances (few_instances()): the stream plan of the widest cluster whose `spread` clusters
+// are all resident at once, one CTA to an SM (Crowd's note); found false if none.
+Plan widest_stream(DType dtype, Direction direction, int64_t instance_size, int64_t spread, bool* found) {
+  *found = false;
+  const int k_choices[] = {kStreamAheadVectors, kStreamVectors};
+  constexpr int kSizes = sizeof(kStreamClusterChoices) / sizeof(int);
+  for (int k : k_choices) {
+    if (k == kStreamAheadVectors && direction != Direction::kBackward) continue;
+    for (int i = kSizes - 1; i >= 0; --i) {
+      const int cs = kStreamClusterChoices[i];
+      const int64_t slice = stream_slice_vectors(instance_size, vector_width(dtype), cs);
+      if (slice > int64_t(k) * kStreamThreads || spread * cs > device_info().sms) continue;
+      for (int stages = kStreamMaxStages; stages >= min_stages(direction, k); --stages) {
+        const Plan plan = Plan::stream(cs, stages, k);
+        if (!refusal(dtype, direction, plan, nchw(instance_size)).empty()) continue;
+        if (resident_units(kernel_for(dtype, direction, false, plan), cs, kStreamThreads,
+                           stream_smem(plan, slice, direction)) < spread) {
+          continue;
+        }
+        *found = true;
+        return plan;
+      }
+    }
+  }
+  return Plan::multi_cta();
+}
+
+// The stream plan of the smallest cluster whose slices fit, with as many stages as fit; with
+// `spread` (few instances) widest_stream's first. The backward tries its run-ahead plans
+// (kStreamAheadVectors) first: on the H200 they took 0.87x the time of the plain plan at bf16
+// (112,64,512,512), 0.93x at bf16 and 0.88x at fp32 (16,64,256,256) (benchmarks/NOTES.md, 2026-11-29
+// seventh session).
+Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool* found, int64_t spread = 0) {
   *found = false;
   if (dtype == DType::kDouble || !has_clusters() || instance_size % vector_width(dtype) != 0) return Plan::multi_cta();
+  if (spread > 0) {
+    const Plan plan = widest_stream(dtype, direction, instance_size, spread, found);
+    if (*found) return plan;
+  }
   const int k_choices[] = {kStreamAheadVectors, kStreamVectors};
   for (int k : k_choices) {
     if (k == kStreamAheadVectors && direction != Direction::kBackward) continue;
@@ -3597,8 +3632,37 @@ Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool
   return Plan::multi_cta();
 }
 
-bool many_instances(int64_t instances) { return instances >= kStreamOverOnchipPerSm * device_info().sms; }
-bool few_instances(int64_t instances) { return instances * kHeuristicCluster <= device_info().sms; }
+// Fewer instances than SMs (an onchip CTA each, the other SMs idle), whose K = 8 CTA is smaller
+// than that: 16 elements a thread, twice or four times the threads, shortens each CTA's sweep. tune.py,
+// H200 (benchmarks/NOTES.md, 2026-11-30 nineteenth session), CUDA-graph replay: fp32 (1,16,64,64)
+// onchip(K=8,G=128) 4.3 -> onchip(K=4,G=256) 3.9 us, (1,32,64,64) 4.5 -> 4.0; bf16 (1,16,64,64)
+// onchip(K=8,G=64) 5.4 -> onchip(K=2,G=256) 3.6, (1,32,64,64) 5.7 -> 3.7, (2,16,48,48) 4.7 -> 3.5;
+// fp16 alike. do_bench (L2 flushed) agrees in 16-bit types (8.9 -> 6.4-6.5 us at (1,16,64,64)).
+// Few instances (kHeuristicCluster's count) of a whole kMaxBlock CTA or more go to the stream plan
+// of the widest cluster whose clusters for every instance are resident at once, one CTA to an SM
+// (widest_stream): up to 16 times the CTAs of the smallest cluster that fits, the instance's
+// bytes spread over more SMs. The same run, graph replay: fp32 (1,4,256,256) stream(CS=4) 6.4 ->
+// stream(CS=16) 5.4 us (do_bench 10.1 -> 8.7), (1,3,224,224) 6.4 -> 5.8, (1,12,256,256) stream(CS=8)
+// 6.1 against stream(CS=4) 6.4; bf16 (1,4,256,256) cluster(K=2,G=512,CS=8) 6.4 -> stream(CS=16) 5.5,
+// (1,1,512,512) stream(CS=8) 7.7 -> 6.7, (1,12,256,256) 7.2 -> stream(CS=8) 5.8. Eight 16-CTA
+// clusters were presumably not all resident: (1,8,256,256) took 7.8 us on stream(CS=16) against 5.4
+// on CS=8.
+//
+// N * C against the SMs: the heuristic's only use of it (with the count itself for kFew, in
+// widest_stream), and so the plan cache's key for NCHW plans.
+enum class Crowd { kFew, kUnderSms, kSome, kMany };
+Crowd crowd_of(int64_t instances) {
+  const int64_t sms = device_info().sms;
+  return instances >= kStreamOverOnchipPerSm * sms ? Crowd::kMany
+         : instances * kHeuristicCluster <= sms    ? Crowd::kFew
+         : instances <= sms                        ? Crowd::kUnderSms
+                                                   : Crowd::kSome;
+}
+bool many_instances(int64_t instances) { return crowd_of(instances) == Crowd::kMany; }
+bool few_instances(int64_t instances) { return crowd_of(instances) == Crowd::kFew; }
+
+// K for 16 elements a thread: 4 vectors of fp32, 2 of 16-bit types.
+int sixteen_elements(DType dtype) { return vector_width(dtype) == 4 ? 4 : 2; }
 
 // The threads (a power of two, at least a warp) that hold `slots` vectors at `k` per thread.
 int64_t threads_for(int64_t slots, int k) {
@@ -3633,16 +3697,27 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances, int64
     const Plan stream = choose_stream(dtype, fwd, instance_size, &found);
     if (found) return stream;
   }
+  const Crowd crowd = crowd_of(instances);
+  const int64_t spread = crowd == Crowd::kFew ? instances : 0;  // widest_stream
+  if (threads == kMaxBlock && spread > 0) {
+    const Plan stream = choose_stream(dtype, fwd, instance_size, &found, spread);
+    if (found) return stream;
+  }
   if (threads >= kFewInstancesMinThreads && threads <= kMaxBlock && few_instances(instances) && has_clusters()) {
-    // 16 elements a thread: K = 4 vectors of fp32, K = 2 of 16-bit types (bf16 (1,8,128,128) took
-    // 0.0074-0.0078 ms on cluster(K=2,G=128,CS=8) against 0.0089 on onchip, where K = 4's 64-thread
-    // groups are refused; tune.py, H200, eighth session).
-    const int k = vector_width(dtype) == 4 ? 4 : 2;
+    // 16 elements a thread (bf16 (1,8,128,128) took 0.0074-0.0078 ms on cluster(K=2,G=128,CS=8)
+    // against 0.0089 on onchip, where K = 4's 64-thread groups are refused; tune.py, H200, eighth session).
+    const int k = sixteen_elements(dtype);
     const Plan plan = cluster_split(k, threads_for(slots, k));
     if (refusal(dtype, fwd, plan, nchw(instance_size)).empty()) return plan;
   }
+  if (threads < kMaxBlock && crowd <= Crowd::kUnderSms) {  // fewer instances than SMs: Crowd's note
+    const int k = sixteen_elements(dtype);
+    const int64_t wider = threads_for(slots, k);
+    const Plan plan = Plan::onchip(k, static_cast<int>(wider));
+    if (wider <= kMaxBlock && refusal(dtype, fwd, plan, nchw(instance_size)).empty()) return plan;
+  }
   if (threads <= kMaxBlock) return Plan::onchip(kK, static_cast<int>(threads));
-  const Plan stream = choose_stream(dtype, fwd, instance_size, &found);
+  const Plan stream = choose_stream(dtype, fwd, instance_size, &found, spread);
   if (found) return stream;
   if (threads <= int64_t(kHeuristicClusterBlocks) * kMaxBlock && has_clusters()) {
     const Plan plan = cluster_split(kK, threads);
@@ -3669,7 +3744,7 @@ Plan choose_backward(DType dtype, int64_t instance_size, int64_t instances) {
   }
   const bool onchip = plan.regime == Regime::kOnchip || plan.regime == Regime::kCluster || plan.regime == Regime::kFlat;
   if (onchip && refusal(dtype, bwd, plan, nchw(instance_size)).empty()) return plan;
-  const Plan stream = choose_stream(dtype, bwd, instance_size, &found);
+  const Plan stream = choose_stream(dtype, bwd, instance_size, &found, few_instances(instances) ? instances : 0);
   if (found) return stream;
   if (plan.regime == Regime::kOnchip && has_clusters()) {
     const Plan split = cluster_split(plan.vectors, plan.threads);
@@ -3696,15 +3771,16 @@ Plan choose_channels_last(DType dtype, Direction direction, const Shape& shape) 
 // dtype, direction and shape.
 Plan choose(DType dtype, Direction direction, const Shape& shape) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int, int64_t, int64_t, int, int64_t>, Plan> cache;
+  static std::map<std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t>, Plan> cache;
   const int64_t instance_size = shape.instance_size;
   const int layout = shape.cl_default ? (shape.cl_vectors ? 2 : 1) : 0;  // N and C matter only then
-  // NCHW plans depend on N * C only through many_instances() and few_instances().
+  // NCHW plans depend on N * C only through crowd_of() and, for few instances, the count.
   const int64_t instances = shape.batch * shape.channels;
-  const int count_class = layout ? 0 : many_instances(instances) ? 3 : few_instances(instances) ? 4 : 0;
+  const Crowd crowd = crowd_of(instances);
+  const int64_t count_key = crowd == Crowd::kFew ? instances : -1 - static_cast<int64_t>(crowd);
   const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), static_cast<int>(dtype),
                                    static_cast<int>(direction), instance_size, layout ? shape.channels : 0,
-                                   layout ? layout : count_class, layout ? shape.batch : 0);
+                                   layout ? int64_t(100 + layout) : count_key, layout ? shape.batch : 0);
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);

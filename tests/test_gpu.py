@@ -586,6 +586,18 @@ def test_chosen_plans(inorm):
         assert inorm.chosen_plan(few, True).regime == "cluster"
         few16 = torch.empty(1, 8, 128, 128, device="cuda", dtype=torch.bfloat16)  # K = 2 for 16-bit types
         assert inorm.chosen_plan(few16) == inorm.Plan.clustered(2, 128, 8)
+        if torch.cuda.get_device_properties(0).multi_processor_count >= 64:
+            # Fewer instances than SMs, a K = 8 CTA of under kMaxBlock threads: 16 elements a thread
+            # instead; the same instances 256 times over keep K = 8.
+            for dtype16, k in ((torch.float32, 4), (torch.bfloat16, 2), (torch.float16, 2)):
+                assert inorm.chosen_plan(torch.empty(1, 16, 64, 64, device="cuda", dtype=dtype16)) == \
+                    inorm.Plan.onchip(k, 256)
+                assert inorm.chosen_plan(torch.empty(16, 256, 64, 64, device="cuda", dtype=dtype16)).vectors == 8
+            # The fewest instances of a whole kMaxBlock CTA or more: the stream plan of 16-CTA clusters.
+            for shape, dtype16 in (((1, 4, 256, 256), torch.float32), ((1, 4, 256, 256), torch.bfloat16),
+                                   ((1, 1, 512, 512), torch.bfloat16)):
+                plan = inorm.chosen_plan(torch.empty(shape, device="cuda", dtype=dtype16))
+                assert (plan.regime, plan.cluster) == ("stream", 16), f"{shape} {dtype16}: {plan}"
         # Many instances whose x and dy fill a 512-thread onchip CTA: the backward streams them, in
         # float32 and (the same bytes per thread) in 16-bit types.
         mid = torch.empty(4, 128, 128, 128, device="cuda")
@@ -924,7 +936,7 @@ def test_back_to_back_calls(inorm, ops, rng, dtype, chain):
     poison = 4 * xs[0].numel() * xs[0].element_size()  # more than any output or workspace of a call
 
     def forward(x):
-        return ops.forward(x, weight, bias, 1e-5) if plan is None else inorm.forward_with_plan(x, weight, bias, 1e-5, plan)
+        return run_ops(ops, x, weight, bias, 1e-5, plan)
 
     def backward(dy, x, stats):
         if plan is None:
