@@ -5,7 +5,7 @@
 #   2. tune.py (the new default against every candidate) over the few and under-SMs shapes, forward
 #      in do_bench and graph replay, the backward in graph replay (data: the backward's base plan
 #      follows the forward's);
-#   3. ab_s23.py old against new: forward, training step, eval forward and eval training step.
+#   3. pdl_ab_s21.py old against new: forward, training step, eval forward and eval training step.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; md5sum instance_norm.py .scratch/old.py; } > $OUT/device.txt 2>&1
@@ -19,6 +19,6 @@ FEW=1x16x64x64,1x32x64x64,2x16x48x48,1x4x256x256,1x3x224x224,1x1x512x512,1x64x64
 timeout 110 python3 benchmarks/tune.py --shapes $FEW --dtypes float32,bfloat16 --top 8 --graph > $OUT/tune_graph.txt 2>&1; echo "rc=$?" >> $OUT/tune_graph.txt
 timeout 90 python3 benchmarks/tune.py --shapes $FEW --dtypes float32,bfloat16 --top 8 > $OUT/tune_dobench.txt 2>&1; echo "rc=$?" >> $OUT/tune_dobench.txt
 timeout 70 python3 benchmarks/tune.py --backward --graph --shapes 1x16x64x64,1x32x64x64,2x16x48x48,1x4x256x256,1x3x224x224,1x1x512x512,1x64x64x64 --dtypes float32,bfloat16 --top 6 > $OUT/tune_bwd_graph.txt 2>&1; echo "rc=$?" >> $OUT/tune_bwd_graph.txt
-timeout $(( END - SECONDS )) python3 benchmarks/prototypes/ab_s23.py old=.scratch/old.py new=instance_norm.py --rounds 3 --cases fwd,train,eval,evaltrain \
+timeout $(( END - SECONDS )) python3 benchmarks/prototypes/pdl_ab_s21.py old=.scratch/old.py new=instance_norm.py --rounds 3 --cases fwd,train,eval,evaltrain \
   --shapes 1x16x64x64,2x16x48x48,1x4x256x256,1x3x224x224,1x1x512x512,1x64x64x64,1x2x4096x4096 > $OUT/ab.txt 2>&1; echo "rc=$?" >> $OUT/ab.txt
 tail -3 $OUT/pytest_plans.txt; cut -c1-150 $OUT/ab.txt

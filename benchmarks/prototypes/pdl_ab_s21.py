@@ -1,7 +1,8 @@
 """A/B/n of several instance_norm.py files in one process: device time of multi-kernel calls.
 do_bench (L2 flushed) and CUDA-graph replay (calls back to back, L2 warm) of: forward no grad,
-train-mode forward with running statistics, the training step (forward + backward, affine).
-usage: python pdl_ab.py name=path ... [--rounds 2] [--shapes ...] [--layout contiguous|cl]"""
+train-mode forward with running statistics, the training step (forward + backward, affine), and
+(nineteenth session) eval-mode forward and training step on running statistics (cases eval, evaltrain).
+usage: python pdl_ab_s21.py name=path ... [--rounds 2] [--shapes ...] [--layout contiguous|cl]"""
 import argparse, importlib.util, statistics, sys, time
 import torch, triton
 
@@ -49,7 +50,7 @@ for text in a.shapes.split(","):
         for case in a.cases.split(","):
             res = {n: [] for n, _ in mods}; floor = []
             for rnd in range(a.rounds):
-                floor.append(bench(lambda: out.copy_(x0)) if case != "train" else bench(lambda: torch.add(x0, dy, out=out)))
+                floor.append(bench(lambda: out.copy_(x0)) if "train" not in case else bench(lambda: torch.add(x0, dy, out=out)))
                 for name, m in mods:
                     if case == "fwd":
                         norm = m.ModelNew(shape[1]).cuda()
@@ -59,6 +60,15 @@ for text in a.shapes.split(","):
                         norm = m.ModelNew(shape[1], track_running_stats=True).cuda().train()
                         def fn():
                             with torch.no_grad(): norm(x0)
+                    elif case == "eval":
+                        norm = m.ModelNew(shape[1], track_running_stats=True).cuda().eval()
+                        def fn():
+                            with torch.no_grad(): norm(x0)
+                    elif case == "evaltrain":
+                        norm = m.ModelNew(shape[1], affine=True, track_running_stats=True).cuda().eval()
+                        xg = x0.detach().clone().requires_grad_()
+                        def fn():
+                            torch.autograd.backward(norm(xg), dy)
                     else:
                         norm = m.ModelNew(shape[1], affine=True).cuda()
                         xg = x0.detach().clone().requires_grad_()
