@@ -3164,7 +3164,9 @@ constexpr int64_t kClChunkFixedBytes = 16 * 1024;
 constexpr int64_t kClTinyRows = 256;
 // The heuristic: instances of up to kWarpPlanSlots vectors get a warp each, K growing with the
 // instance; larger ones a CTA of K = 8 up to kMaxBlock threads, then the stream kernel, then a
-// cluster of kHeuristicCluster CTAs up to kHeuristicClusterBlocks CTAs' worth, then multi_cta.
+// cluster of kHeuristicCluster CTAs up to kHeuristicClusterBlocks CTAs' worth, then multi_cta. Few
+// instances change this (crowd_of and its note): wider onchip CTAs, the cluster split, the widest
+// resident stream cluster.
 constexpr int kWarpPlanSlots = kWarpSize * 8;
 // Instances of up to this many elements take the flat plan: measured faster than a warp per instance
 // at 7x7 (benchmarks/NOTES.md) and at 12x12 (float32 (64,128,12,12), H200, tune.py: forward 9.6
@@ -3202,7 +3204,8 @@ constexpr int64_t kStreamBackwardMinThreads = 512;
 // kFewInstancesMinThreads threads at K = 8: most SMs would idle, so each instance is split over a
 // cluster of kHeuristicCluster CTAs at 16 elements a thread instead. tune.py on the H200 (benchmarks/NOTES.md),
 // onchip against that cluster plan: fp32 (4,4,181,181) 0.0131 -> 0.0096 ms, (2,4,127,129) 0.0104 ->
-// 0.0083, (1,8,128,128) 0.0090 -> 0.0077; bf16 (4,4,181,181) 0.0108 -> 0.0085.
+// 0.0083, (1,8,128,128) 0.0090 -> 0.0077; bf16 (4,4,181,181) 0.0108 -> 0.0085. Instances that need a whole
+// kMaxBlock CTA take the widest resident stream plan first (widest_stream).
 constexpr int64_t kFewInstancesMinThreads = 256;
 // candidates(tight): on-chip plans of at most twice the slots an instance needs, plus this slack
 // (so that tiny instances still see a few shapes).
@@ -3576,7 +3579,10 @@ int64_t capacity(DType dtype, Direction direction, const Plan& plan, const Shape
 Shape nchw(int64_t instance_size) { return {instance_size, 1, false, false, 1, false}; }
 
 // Few instances (few_instances()): the stream plan of the widest cluster whose `spread` clusters
-// are all resident at once, one CTA to an SM (Crowd's note); found false if none.
+// are all resident at once (the occupancy API; the stream kernel's registers allow one CTA an SM,
+// and spread * CS stays within the SMs), Crowd's note; found false if none. The backward's
+// run-ahead plans (K = 4) come first at every width: where none of them is resident for every
+// instance, a narrower K = 8 plan may win over a wider run-ahead one (fp32 (1,16,256,256): CS=4,S=1).
 Plan widest_stream(DType dtype, Direction direction, int64_t instance_size, int64_t spread, bool* found) {
   *found = false;
   const int k_choices[] = {kStreamAheadVectors, kStreamVectors};
@@ -3632,24 +3638,26 @@ Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool
   return Plan::multi_cta();
 }
 
-// Fewer instances than SMs (an onchip CTA each, the other SMs idle), whose K = 8 CTA is smaller
-// than that: 16 elements a thread, twice or four times the threads, shortens each CTA's sweep. tune.py,
+// No more instances than SMs (an onchip CTA each, the other SMs idle), whose K = 8 CTA is smaller
+// than that: 16 elements a thread, twice or four times the threads, shortens each CTA's sweep, up to
+// kBackwardMaxBlock threads (the backward starts from this plan and cannot take more; the widest
+// measured was 512). tune.py,
 // H200 (benchmarks/NOTES.md, 2026-11-30 nineteenth session), CUDA-graph replay: fp32 (1,16,64,64)
 // onchip(K=8,G=128) 4.3 -> onchip(K=4,G=256) 3.9 us, (1,32,64,64) 4.5 -> 4.0; bf16 (1,16,64,64)
 // onchip(K=8,G=64) 5.4 -> onchip(K=2,G=256) 3.6, (1,32,64,64) 5.7 -> 3.7, (2,16,48,48) 4.7 -> 3.5;
 // fp16 alike. do_bench (L2 flushed) agrees in 16-bit types (8.9 -> 6.4-6.5 us at (1,16,64,64)).
 // Few instances (kHeuristicCluster's count) of a whole kMaxBlock CTA or more go to the stream plan
-// of the widest cluster whose clusters for every instance are resident at once, one CTA to an SM
-// (widest_stream): up to 16 times the CTAs of the smallest cluster that fits, the instance's
-// bytes spread over more SMs. The same run, graph replay: fp32 (1,4,256,256) stream(CS=4) 6.4 ->
-// stream(CS=16) 5.4 us (do_bench 10.1 -> 8.7), (1,3,224,224) 6.4 -> 5.8, (1,12,256,256) stream(CS=8)
-// 6.1 against stream(CS=4) 6.4; bf16 (1,4,256,256) cluster(K=2,G=512,CS=8) 6.4 -> stream(CS=16) 5.5,
+// of the widest cluster whose clusters for every instance are resident at once (widest_stream):
+// clusters of up to 16 CTAs an instance, the instance's bytes spread over more SMs. tune.py (calls 1
+// and 2 of that session), graph replay: fp32 (1,4,256,256) stream(CS=4) 6.4 -> stream(CS=8 or 16)
+// 5.4 us (do_bench 10.1 -> 8.7), (1,3,224,224) 6.4 -> 5.8, (1,12,256,256) stream(CS=8) 6.1 against
+// stream(CS=4) 6.4; bf16 (1,4,256,256) cluster(K=2,G=512,CS=8) 6.4 -> stream(CS=16) 5.5,
 // (1,1,512,512) stream(CS=8) 7.7 -> 6.7, (1,12,256,256) 7.2 -> stream(CS=8) 5.8. Eight 16-CTA
 // clusters were presumably not all resident: (1,8,256,256) took 7.8 us on stream(CS=16) against 5.4
 // on CS=8.
 //
-// N * C against the SMs: the heuristic's only use of it (with the count itself for kFew, in
-// widest_stream), and so the plan cache's key for NCHW plans.
+// N * C against the SMs: what choose_forward and choose_backward use of it (with the count itself
+// for kFew, in widest_stream), and so the plan cache's key for NCHW plans. Ordered: `<=` compares.
 enum class Crowd { kFew, kUnderSms, kSome, kMany };
 Crowd crowd_of(int64_t instances) {
   const int64_t sms = device_info().sms;
@@ -3710,11 +3718,11 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances, int64
     const Plan plan = cluster_split(k, threads_for(slots, k));
     if (refusal(dtype, fwd, plan, nchw(instance_size)).empty()) return plan;
   }
-  if (threads < kMaxBlock && crowd <= Crowd::kUnderSms) {  // fewer instances than SMs: Crowd's note
+  if (threads < kMaxBlock && crowd <= Crowd::kUnderSms) {  // no more instances than SMs: Crowd's note
     const int k = sixteen_elements(dtype);
     const int64_t wider = threads_for(slots, k);
     const Plan plan = Plan::onchip(k, static_cast<int>(wider));
-    if (wider <= kMaxBlock && refusal(dtype, fwd, plan, nchw(instance_size)).empty()) return plan;
+    if (wider <= kBackwardMaxBlock && refusal(dtype, fwd, plan, nchw(instance_size)).empty()) return plan;
   }
   if (threads <= kMaxBlock) return Plan::onchip(kK, static_cast<int>(threads));
   const Plan stream = choose_stream(dtype, fwd, instance_size, &found, spread);
@@ -3729,7 +3737,7 @@ Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances, int64
 // `plan` below is choose_forward's with the backward's flat cut (kFlatBackwardSize). The stream plan
 // for two tensors when that plan's on-chip CTA has kStreamBackwardMinThreads or more (any dtype) and
 // there are many instances; else that plan when x and dy both fit its CTA; else
-// the stream plan for two tensors;
+// the stream plan for two tensors (for few instances the widest resident one, widest_stream);
 // else, for an on-chip forward plan, its threads split over a cluster of kHeuristicCluster CTAs
 // (instances whose bytes are no multiple of 16 have no stream plan: fp32 (3,5,127,129) took 0.0118
 // ms on cluster(K=8,G=128,CS=8) against 0.0193 ms on multi_cta; H200, tune.py, benchmarks/NOTES.md);

@@ -593,11 +593,19 @@ def test_chosen_plans(inorm):
                 assert inorm.chosen_plan(torch.empty(1, 16, 64, 64, device="cuda", dtype=dtype16)) == \
                     inorm.Plan.onchip(k, 256)
                 assert inorm.chosen_plan(torch.empty(16, 256, 64, 64, device="cuda", dtype=dtype16)).vectors == 8
-            # The fewest instances of a whole kMaxBlock CTA or more: the stream plan of 16-CTA clusters.
+            # Instances whose K = 8 CTA would pass kBackwardMaxBlock (512) when widened keep K = 8, so
+            # that the backward can start from the forward's plan.
+            for dtype16 in (torch.float32, torch.bfloat16):
+                mid = torch.empty(1, 64, 128, 128, device="cuda", dtype=dtype16)
+                assert inorm.chosen_plan(mid).vectors == 8, inorm.chosen_plan(mid)
+                assert inorm.chosen_plan(mid, True).regime == "onchip", inorm.chosen_plan(mid, True)
+            # Few instances of a whole kMaxBlock CTA or more: the stream plan of the widest cluster
+            # resident for every instance (16 CTAs on the H200, where seven such clusters are
+            # resident; the count depends on the chip's GPCs, so at least 8 is asserted).
             for shape, dtype16 in (((1, 4, 256, 256), torch.float32), ((1, 4, 256, 256), torch.bfloat16),
                                    ((1, 1, 512, 512), torch.bfloat16)):
                 plan = inorm.chosen_plan(torch.empty(shape, device="cuda", dtype=dtype16))
-                assert (plan.regime, plan.cluster) == ("stream", 16), f"{shape} {dtype16}: {plan}"
+                assert plan.regime == "stream" and plan.cluster >= 8, f"{shape} {dtype16}: {plan}"
         # Many instances whose x and dy fill a 512-thread onchip CTA: the backward streams them, in
         # float32 and (the same bytes per thread) in 16-bit types.
         mid = torch.empty(4, 128, 128, 128, device="cuda")
