@@ -221,6 +221,44 @@ def test_plan_onchip(ops, rng, dtype, threads):
         check_plan_sizes(ops, rng, dtype, plan, max_instances=13 if threads < 128 else 6)
 
 
+# Onchip plans on instances that exactly fill their groups (H*W = K * G * vec: every thread holds K whole
+# vectors, nothing misaligned), with N*C leaving the last CTA partly idle where a CTA holds several
+# groups (G < 128 runs 256-thread CTAs). A kernel may take a bound-free path there (the draft
+# prototypes/onchip_fast_s24.patch does); the general path serves these sizes too.
+WHOLE_GROUP_PLANS = [
+    (torch.float32, 8, 32, (3, 5)), (torch.float32, 2, 32, (1, 13)), (torch.float32, 4, 64, (1, 7)),
+    (torch.float32, 8, 512, (2, 3)), (torch.float32, 8, 1024, (1, 2)),
+    (torch.bfloat16, 4, 32, (3, 5)), (torch.bfloat16, 8, 64, (1, 7)), (torch.bfloat16, 8, 512, (1, 2)),
+    (torch.float16, 2, 256, (2, 3)),
+]
+
+
+@pytest.mark.parametrize("case", WHOLE_GROUP_PLANS, ids=lambda c: f"{c[0]}-K{c[1]}-G{c[2]}")
+def test_plan_onchip_whole_group(inorm, ops, rng, case):
+    """Forward against float64, the backward (where the backward takes the plan) against multi_cta's,
+    and alternating +-1 (exact statistics (0, 1) with eps = 0, output exactly x * rstd)."""
+    dtype, k, threads, (n, c) = case
+    plan = as_plan(("onchip", k, threads, 1, 0))
+    if plan_capacity(plan, dtype) == 0:
+        pytest.skip(f"{plan} cannot run on this device")
+    hw = k * threads * (16 // dtype.itemsize)
+    v = make_input((n, c) + split_hw(hw, rng), dtype, rng)
+    assert inorm.plan_refusal(v, plan) == "", f"{plan} refused {tuple(v.shape)}"
+    weight, bias = random_affine(c, dtype, rng)
+    what = f"{plan} {dtype} shape={tuple(v.shape)}"
+    check_plan(ops, v, weight, bias, 1e-5, plan, what)
+    if inorm.plan_refusal(v, plan, True) == "":
+        check_backward_plan(inorm, ops, v, weight, bias, plan, what)
+    sign = torch.ones(hw, device="cuda")
+    sign[1::2] = -1
+    x = sign.repeat(n * c).view(n, c, *split_hw(hw, rng)).to(dtype)
+    y, stats = run_ops(ops, x, None, None, 0.0, plan)
+    one = torch.rsqrt(torch.ones((), device="cuda"))  # the same rsqrt instruction the kernels use
+    assert torch.equal(stats[0], torch.zeros_like(stats[0])), f"{what}: mean {stats[0][:4]}"
+    assert torch.equal(stats[1], one.expand_as(stats[1])), f"{what}: rstd - 1 = {(stats[1] - 1)[:4]}"
+    assert torch.equal(y, (x.float() * one).to(dtype)), f"{what}: output"
+
+
 # Instance sizes for the flat plan: every size up to a few reduction batches, then the edges of a
 # group (8 values per thread: 8, 64, 256 elements), of the 16-byte vector and of the capacity.
 FLAT_SIZES = list(range(1, 34)) + [47, 49, 63, 64, 65, 127, 255, 256, 257, 1000, 1023, 4095, 4096]
