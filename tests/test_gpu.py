@@ -173,6 +173,19 @@ def check_plan(ops, v, weight, bias, eps, plan, what):
     assert_stats_close(stats, v, eps, what)
 
 
+def check_alternating_exact(ops, rng, dtype, plan, n, c, hw, what):
+    """Alternating +-1 in every one of n * c instances of hw elements (hw even): with eps = 0 the
+    statistics must be exactly (0, rsqrt(1)) and the output exactly x * rstd."""
+    sign = torch.ones(hw, device="cuda")
+    sign[1::2] = -1
+    x = sign.repeat(n * c).view(n, c, *split_hw(hw, rng)).to(dtype)
+    y, stats = run_ops(ops, x, None, None, 0.0, plan)
+    one = torch.rsqrt(torch.ones((), device="cuda"))  # the same rsqrt instruction the kernels use
+    assert torch.equal(stats[0], torch.zeros_like(stats[0])), f"{what}: mean {stats[0][:4]}"
+    assert torch.equal(stats[1], one.expand_as(stats[1])), f"{what}: rstd - 1 = {(stats[1] - 1)[:4]}"
+    assert torch.equal(y, (x.float() * one).to(dtype)), f"{what}: output"
+
+
 def plan_input(dtype, hw, rng, max_instances=6):
     n = rng.randint(1, 3)
     c = rng.randint(1, max(1, max_instances // n))
@@ -249,14 +262,7 @@ def test_plan_onchip_whole_group(inorm, ops, rng, case):
     check_plan(ops, v, weight, bias, 1e-5, plan, what)
     if inorm.plan_refusal(v, plan, True) == "":
         check_backward_plan(inorm, ops, v, weight, bias, plan, what)
-    sign = torch.ones(hw, device="cuda")
-    sign[1::2] = -1
-    x = sign.repeat(n * c).view(n, c, *split_hw(hw, rng)).to(dtype)
-    y, stats = run_ops(ops, x, None, None, 0.0, plan)
-    one = torch.rsqrt(torch.ones((), device="cuda"))  # the same rsqrt instruction the kernels use
-    assert torch.equal(stats[0], torch.zeros_like(stats[0])), f"{what}: mean {stats[0][:4]}"
-    assert torch.equal(stats[1], one.expand_as(stats[1])), f"{what}: rstd - 1 = {(stats[1] - 1)[:4]}"
-    assert torch.equal(y, (x.float() * one).to(dtype)), f"{what}: output"
+    check_alternating_exact(ops, rng, dtype, plan, n, c, hw, what)
 
 
 # Instance sizes for the flat plan: every size up to a few reduction batches, then the edges of a
@@ -1178,15 +1184,7 @@ def test_stats_exact_at_capacity(ops, rng, regime, dtype):
     vec = 16 // dtype.itemsize
     top = (1 << 20) + 3 * vec if plan.regime == "multi_cta" else plan_capacity(plan, dtype)
     hw = top // vec * vec
-    n, c = 2, 3
-    sign = torch.ones(hw, device="cuda")
-    sign[1::2] = -1
-    x = sign.repeat(n * c).view(n, c, *split_hw(hw, rng)).to(dtype)
-    y, stats = run_ops(ops, x, None, None, 0.0, plan)
-    one = torch.rsqrt(torch.ones((), device="cuda"))  # the same rsqrt instruction the kernels use
-    assert torch.equal(stats[0], torch.zeros_like(stats[0])), f"{plan} hw={hw}: mean {stats[0][:4]}"
-    assert torch.equal(stats[1], one.expand_as(stats[1])), f"{plan} hw={hw}: rstd - 1 = {(stats[1] - 1)[:4]}"
-    assert torch.equal(y, (x.float() * one).to(dtype)), f"{plan} hw={hw}: output"
+    check_alternating_exact(ops, rng, dtype, plan, 2, 3, hw, f"{plan} hw={hw}")
 
 
 @pytest.mark.parametrize("regime", list(REGIMES))

@@ -2,12 +2,7 @@
 # Nineteenth session, call 4: ef3472f (.scratch/old.py, carried) against the final heuristic, module
 # calls in do_bench and graph replay, forward and training step, few-instance shapes.
 set -uo pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; md5sum instance_norm.py .scratch/old.py; } > $OUT/device.txt 2>&1
-for f in instance_norm.py .scratch/old.py; do
-  python3 -c "import importlib.util,sys; s=importlib.util.spec_from_file_location('m_'+str(abs(hash('$f'))),'$f'); m=importlib.util.module_from_spec(s); s.loader.exec_module(m); m.load_extension()" > $OUT/build_$(basename $f).txt 2>&1 &
-done
-wait
+source benchmarks/prototypes/ab_common.sh  # environment, device.txt, both builds
 timeout 330 python3 benchmarks/prototypes/pdl_ab_s21.py old=.scratch/old.py new=instance_norm.py --rounds 3 --cases fwd,train \
   --dtypes float32,bfloat16,float16 \
   --shapes 1x16x64x64,1x32x64x64,2x16x48x48,1x128x64x64,1x4x256x256,1x3x224x224,1x8x256x256,1x12x256x256,1x1x512x512 > $OUT/ab.txt 2>&1; echo "rc=$?" >> $OUT/ab.txt

@@ -7,13 +7,8 @@
 #      follows the forward's);
 #   3. pdl_ab_s21.py old against new: forward, training step, eval forward and eval training step.
 set -uo pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; md5sum instance_norm.py .scratch/old.py; } > $OUT/device.txt 2>&1
 END=$((SECONDS + 570))
-for f in instance_norm.py .scratch/old.py; do
-  python3 -c "import importlib.util,sys; s=importlib.util.spec_from_file_location('m_'+str(abs(hash('$f'))),'$f'); m=importlib.util.module_from_spec(s); s.loader.exec_module(m); m.load_extension()" > $OUT/build_$(basename $f).txt 2>&1 &
-done
-wait
+source benchmarks/prototypes/ab_common.sh  # environment, device.txt, both builds
 timeout 120 python3 -m pytest -q -x tests/test_gpu.py -k "chosen_plans or candidate_plans or back_to_back" > $OUT/pytest_plans.txt 2>&1; echo "rc=$?" >> $OUT/pytest_plans.txt
 FEW=1x16x64x64,1x32x64x64,2x16x48x48,1x4x256x256,1x3x224x224,1x1x512x512,1x64x64x64,1x128x64x64,2x48x48x48,1x100x80x80,1x12x256x256,1x8x256x256
 timeout 110 python3 benchmarks/tune.py --shapes $FEW --dtypes float32,bfloat16 --top 8 --graph > $OUT/tune_graph.txt 2>&1; echo "rc=$?" >> $OUT/tune_graph.txt

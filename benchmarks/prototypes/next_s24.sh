@@ -9,13 +9,8 @@
 # (do_bench and graph replay, forward and training step); 4. ncu instruction counts of the onchip forward
 # at fp32 (8,512,32,32), old and new. The full suite goes in the second call.
 set -uo pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; md5sum instance_norm.py .scratch/old.py; } > $OUT/device.txt 2>&1
 END=$((SECONDS + 565))
-for f in instance_norm.py .scratch/old.py; do
-  python3 -c "import importlib.util,sys; s=importlib.util.spec_from_file_location('m_'+str(abs(hash('$f'))),'$f'); m=importlib.util.module_from_spec(s); s.loader.exec_module(m); m.load_extension()" > $OUT/build_$(basename $f).txt 2>&1 &
-done
-wait
+source benchmarks/prototypes/ab_common.sh  # environment, device.txt, both builds
 timeout 150 python3 -m pytest -q -x tests/test_gpu.py tests/test_epilogue.py -k "onchip or chosen_plans or candidate or bitwise or back_to_back" -p no:cacheprovider > $OUT/pytest_onchip.txt 2>&1; echo "rc=$?" >> $OUT/pytest_onchip.txt
 timeout 200 python3 benchmarks/prototypes/pdl_ab_s21.py old=.scratch/old.py new=instance_norm.py --rounds 3 --cases fwd,train \
   --dtypes float32,bfloat16 --shapes 8x512x32x32,4x128x128x128,1x16x64x64,32x3x224x224,3x5x127x129,2x16x48x48 > $OUT/ab.txt 2>&1; echo "rc=$?" >> $OUT/ab.txt
