@@ -707,16 +707,23 @@ __device__ __forceinline__ P cta_reduce(P s, P* warp_partials) {
 // a cluster, over the cluster's CTAs through distributed shared memory; every thread of the group
 // ends with the instance's result. The CTA's cta_partial stays readable by its peers until
 // cluster_release(), which each kernel calls after its last global store.
-template <typename P>
+// kEqual: every thread of the group holds a partial of the same count (the onchip kernel's whole-group
+// path). Then so does every warp of the group, and the group-level step merges warp results of equal
+// counts too (lanes past warps_per_group hold empty partials, but warp_reduce stops at that width), so
+// both steps merge by combine_equal. Every warp of the group reduces the same warp_partials in the same
+// order, and combine_equal is symmetric: the group's threads still end with bitwise the same result.
+// The cluster step stays general (kEqual callers have no cluster).
+template <bool kEqual = false, typename P>
 __device__ __forceinline__ P instance_reduce(P s, P* warp_partials, P* cta_partial, int G, int group,
                                              int cluster_size) {
   const int lane = threadIdx.x & (kWarpSize - 1);
-  s = warp_reduce(s);
+  s = warp_reduce<kEqual>(s);
   if (G > kWarpSize) {  // every warp of the group reads the group's warp results and reduces them
     if (lane == 0) warp_partials[threadIdx.x / kWarpSize] = s;
     __syncthreads();
     const int warps_per_group = G / kWarpSize;
-    s = warp_reduce(lane < warps_per_group ? warp_partials[group * warps_per_group + lane] : P{}, warps_per_group);
+    s = warp_reduce<kEqual>(lane < warps_per_group ? warp_partials[group * warps_per_group + lane] : P{},
+                            warps_per_group);
   }
   if (cluster_size > 1) {
 #if IN_HAS_CLUSTERS
@@ -805,28 +812,82 @@ __device__ __forceinline__ void load_whole_vectors(uint4 (&raw)[K], const T* bas
   }
 }
 
-// A thread's K vectors in shared memory: vector k at base[k * step]. Reads go to shared memory at
-// each use, so the held data costs no registers and K * G is bounded by shared memory instead.
+// The onchip kernel's shared memory holds, per input, K vectors of each of its threads: thread t's
+// vector k at vector index (t / 8) * 8 K + 8 k + t % 8, so that eight consecutive threads' k-th vectors
+// form one 128-byte row (a quarter warp's 16-byte accesses, cp.async's writes and the reads alike, hit
+// every bank once) and a thread's vectors lie a constant kHeldRowBytes apart: its k-th address is its
+// first plus an immediate, with no per-thread or per-CTA stride (the layout of blockDim.x-strided vectors
+// needed a multiply by blockDim.x per vector, rematerialized by ptxas at each read).
+constexpr unsigned kHeldRowThreads = 8;
+constexpr unsigned kHeldRowBytes = kHeldRowThreads * 16;
+
+// The shared-space address of thread `tid`'s first vector of input `t` (K vectors per thread, `threads`
+// threads per CTA).
+template <int K>
+__device__ __forceinline__ unsigned held_address(int t, int tid, int threads) {
+  extern __shared__ uint4 onchip_dynamic[];
+  const unsigned thread = static_cast<unsigned>(tid);
+  const unsigned index = static_cast<unsigned>(t * K * threads) + (thread / kHeldRowThreads) * (kHeldRowThreads * K) +
+                         thread % kHeldRowThreads;
+  return static_cast<unsigned>(__cvta_generic_to_shared(onchip_dynamic)) + index * 16u;
+}
+
+// A thread's K vectors in shared memory, vector k at shared-space address `address + k * kHeldRowBytes`.
+// Reads go to shared memory at each use, so the held data costs no registers and K * G is bounded by
+// shared memory instead. A 32-bit shared address computed once, not a generic pointer: from a generic
+// pointer ptxas rebuilt the shared window's base (S2UR SR_CgaCtaId and three uniform operations) at
+// every vector it read. The load is ld.volatile so that neither compiler merges the reads of one vector
+// (the statistics' two sweeps and the store): merged, an unconditional sweep (the whole-group path) held
+// all K vectors in registers (onchip fp32 Identity K = 8: 62 registers against 44; 16-bit K = 8 spilled).
 struct SharedVectors {
-  const uint4* base;
-  int step;
-  __device__ __forceinline__ uint4 operator[](int k) const { return base[k * step]; }
+  unsigned address;
+  __device__ __forceinline__ uint4 operator[](int k) const {
+    uint4 v;
+    asm volatile("ld.volatile.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(address + static_cast<unsigned>(k) * kHeldRowBytes));
+    return v;
+  }
 };
+
+// Vector k of a thread's held data for one sweep: register-held arrays as they are, SharedVectors read
+// once (a sweep binds the result and unpacks its values from it).
+template <int K>
+__device__ __forceinline__ const uint4& held_vector(const uint4 (&held)[K], int k) {
+  return held[k];
+}
+__device__ __forceinline__ uint4 held_vector(const SharedVectors& held, int k) { return held[k]; }
 
 // Copies a thread's whole vectors global -> shared with cp.async (16 bytes each, no registers);
 // vectors outside [lo, hi) are zero-filled. Each thread later reads only what it copied, so waiting
-// for its own copies is enough.
+// for its own copies is enough. `held`: the shared-space address of the thread's first vector.
 template <typename T, int K>
-__device__ __forceinline__ void copy_whole_vectors_async(uint4* held, int step, const T* base, int first,
-                                                         int stride, int lo, int hi) {
+__device__ __forceinline__ void copy_whole_vectors_async(unsigned held, const T* base, int first, int stride, int lo,
+                                                         int hi) {
   constexpr int kVec = Elem<T>::kVec;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int e = first + k * stride;
     const bool in = whole(e, kVec, lo, hi);
-    const T* src = in ? base + e : base;
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(held + k * step));
+    // A vector not copied still names an address: the instance's start (base + lo), as before the
+    // rebasing, not base itself, which may lie past the tensor (a cluster rank past a small instance).
+    const T* src = in ? base + e : base + lo;
+    const unsigned dst = held + k * kHeldRowBytes;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 16 : 0)
+                 : "memory");
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// The whole-group form: all K vectors, vector k from src + k * stride (no bounds); `in` false (a group
+// past the last instance) zero-fills them all.
+template <typename T, int K>
+__device__ __forceinline__ void copy_all_vectors_async(unsigned held, const T* src, int stride, bool in) {
+  const unsigned bytes = in ? 16u : 0u;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const unsigned dst = held + k * kHeldRowBytes;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src + k * stride), "r"(bytes)
                  : "memory");
   }
   asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -973,8 +1034,10 @@ template <typename T> struct Params {
   ActArgs<acc_t> act;
 };
 
-// Corrected two-sweep statistics of the whole vectors a thread holds.
-template <typename T, int K, typename Vectors>
+// Corrected two-sweep statistics of the whole vectors a thread holds. kAll: the caller knows all K
+// vectors are whole (the onchip kernel's whole-group path), so no vector is tested; the arithmetic
+// is the same, in the same order (n = K * kVec; 1 / n of that power of two is exact either way).
+template <typename T, int K, bool kAll = false, typename Vectors>
 __device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const Vectors& raw, int first, int stride,
                                                                       int lo, int hi) {
   using acc_t = typename Elem<T>::acc;
@@ -984,24 +1047,26 @@ __device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const Vecto
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int e = first + k * stride;
-    if (whole(e, kVec, lo, hi)) {
+    if (kAll || whole(e, kVec, lo, hi)) {
       ++vectors;
+      const auto& u = held_vector(raw, k);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) sum += Elem<T>::get(raw[k], j);
+      for (int j = 0; j < kVec; ++j) sum += Elem<T>::get(u, j);
     }
   }
-  if (vectors == 0) return {acc_t(0), acc_t(0), acc_t(0)};
-  const acc_t n = static_cast<acc_t>(vectors * kVec);
+  if (!kAll && vectors == 0) return {acc_t(0), acc_t(0), acc_t(0)};
+  const acc_t n = static_cast<acc_t>(kAll ? K * kVec : vectors * kVec);
   const acc_t inv_n = inverse_count(n);
   const acc_t mean0 = sum * inv_n;
   acc_t d = 0, q = 0;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int e = first + k * stride;
-    if (whole(e, kVec, lo, hi)) {
+    if (kAll || whole(e, kVec, lo, hi)) {
+      const auto& u = held_vector(raw, k);
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        const acc_t v = Elem<T>::get(raw[k], j) - mean0;
+        const acc_t v = Elem<T>::get(u, j) - mean0;
         d += v;
         q += v * v;
       }
@@ -1036,9 +1101,10 @@ struct Forward {
 
   __device__ static const T* input(const Params<T>& p, int) { return p.x; }
   __device__ static Known known(const Params<T>&, int64_t) { return {}; }
-  template <int K, class Held>
+  // kAll: all K vectors are whole (no tests; see thread_stats).
+  template <int K, bool kAll = false, class Held>
   __device__ static Partial thread_partial(const Held& held, int first, int stride, int lo, int hi, const Known&) {
-    return thread_stats<T, K>(held[0], first, stride, lo, hi);
+    return thread_stats<T, K, kAll>(held[0], first, stride, lo, hi);
   }
   __device__ static Partial element_partial(const Params<T>& p, int64_t at, const Known&) {
     return {scalar_at(p.x, at), acc_t(0), acc_t(1)};
@@ -1175,18 +1241,20 @@ struct Backward {
     return {mean, rstd, channel_value(p.weight, channel, acc_t(1)) * rstd, channel_value(p.bias, channel, acc_t(0)),
             p.act};
   }
-  template <Family F, int K, class Held>
+  template <Family F, int K, bool kAll = false, class Held>
   __device__ static Partial sums_as(const Held& held, int first, int stride, int lo, int hi, const Known& known) {
     constexpr int kVec = Elem<T>::kVec;
     Partial s{};
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int e = first + k * stride;
-      if (whole(e, kVec, lo, hi)) {
+      if (kAll || whole(e, kVec, lo, hi)) {
+        const auto& ux = held_vector(held[0], k);
+        const auto& udy = held_vector(held[1], k);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          const acc_t x = Elem<T>::get(held[0][k], j);
-          const acc_t g = gradient<F>(Elem<T>::get(held[1][k], j), x, known.mean, known.scale, known.shift, known.act);
+          const acc_t x = Elem<T>::get(ux, j);
+          const acc_t g = gradient<F>(Elem<T>::get(udy, j), x, known.mean, known.scale, known.shift, known.act);
           s.a += g;
           s.b += g * (x - known.mean);
         }
@@ -1194,17 +1262,18 @@ struct Backward {
     }
     return s;
   }
-  template <int K, class Held>
+  // kAll: all K vectors are whole (no tests; the same sums in the same order).
+  template <int K, bool kAll = false, class Held>
   __device__ static Partial thread_partial(const Held& held, int first, int stride, int lo, int hi,
                                            const Known& known) {
     if constexpr (Epi::kActive) {
       Partial s{};
       with_family(known.act, [&](auto tag) {
-        s = sums_as<decltype(tag)::kFamily, K>(held, first, stride, lo, hi, known);
+        s = sums_as<decltype(tag)::kFamily, K, kAll>(held, first, stride, lo, hi, known);
       });
       return s;
     } else {
-      return sums_as<Family::kNone, K>(held, first, stride, lo, hi, known);
+      return sums_as<Family::kNone, K, kAll>(held, first, stride, lo, hi, known);
     }
   }
   template <Family F, int R>
@@ -1308,7 +1377,8 @@ constexpr int kResidualBatch = 4;
 // about 1 us slower at K = 8, G = 512, so float32 keeps the unrolled loop, though that forward kernel
 // still spills (12 bytes stored, 72 loaded; benchmarks/NOTES.md, twelfth session). Register-held data
 // (stream, multi_cta) keeps it too: its vectors must be indexed by constants.
-template <class Op, Family F, int K, bool kToShared, bool kAdd, class Held>
+// kAll: every vector is whole (the onchip kernel's whole-group path): no tests.
+template <class Op, Family F, int K, bool kToShared, bool kAdd, bool kAll = false, class Held>
 __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T* base, const typename Op::T* residual,
                                                int first, int stride, int lo, int hi, const typename Op::Coef& c,
                                                const ActArgs<typename Op::acc_t>& act) {
@@ -1316,29 +1386,46 @@ __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T*
   using acc_t = typename Op::acc_t;
   constexpr int kVec = Elem<T>::kVec;
   constexpr bool kShared = std::is_same_v<std::remove_cv_t<std::remove_extent_t<Held>>, SharedVectors>;
-  constexpr bool kRolled = kShared && sizeof(T) < 4 && (kAdd || F != Family::kNone) && K > kResidualBatch;
-  constexpr int kBatch = kAdd || kRolled ? (K < kResidualBatch ? K : kResidualBatch) : K;
+  // The whole-group path (kAll) of 16-bit data maps kAllBatch16 vectors at a time in a rolled loop: fully
+  // unrolled, ptxas converted every vector's 8 values ahead of the stores (onchip bf16 Identity K = 4:
+  // 64 registers, against 43 rolled; ptxas -v, sm_90, benchmarks/prototypes/onchip_fast_s24.md).
+  constexpr int kAllBatch16 = 2;
+  constexpr bool kRolledAll = kAll && kShared && sizeof(T) < 4 && K > kAllBatch16;
+  constexpr bool kRolled =
+      kRolledAll || (kShared && sizeof(T) < 4 && (kAdd || F != Family::kNone) && K > kResidualBatch);
+  constexpr int kBatch = kRolledAll ? kAllBatch16 : kAdd || kRolled ? (K < kResidualBatch ? K : kResidualBatch) : K;
   auto batch = [&](int k0) {
     uint4 r[kBatch];
     if constexpr (kAdd) {
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
         const int e = first + (k0 + b) * stride;
-        r[b] = k0 + b < K && whole(e, kVec, lo, hi) ? __ldcs(reinterpret_cast<const uint4*>(residual + e))
-                                                    : make_uint4(0, 0, 0, 0);
+        r[b] = k0 + b < K && (kAll || whole(e, kVec, lo, hi)) ? __ldcs(reinterpret_cast<const uint4*>(residual + e))
+                                                              : make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int k = k0 + b;
       const int e = first + k * stride;
-      if (k < K && whole(e, kVec, lo, hi)) {
+      if (k < K && (kAll || whole(e, kVec, lo, hi))) {
+        uint4 u[Op::kInputs];  // SharedVectors: each input's vector read once (unused for register-held data)
+        if constexpr (kShared) {
+#pragma unroll
+          for (int t = 0; t < Op::kInputs; ++t) u[t] = held[t][k];
+        }
         acc_t out[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
           acc_t v[Op::kInputs];
 #pragma unroll
-          for (int t = 0; t < Op::kInputs; ++t) v[t] = Elem<T>::get(held[t][k], j);
+          for (int t = 0; t < Op::kInputs; ++t) {
+            if constexpr (kShared) {
+              v[t] = Elem<T>::get(u[t], j);
+            } else {
+              v[t] = Elem<T>::get(held[t][k], j);
+            }
+          }
           out[j] = Op::template apply<F>(c, v, act);
           if constexpr (kAdd) out[j] += Elem<T>::get(r[b], j);
         }
@@ -1362,7 +1449,7 @@ __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T*
 
 // The residual test is made once per store loop: a test per vector cost the Activated stream kernel
 // about 20 instructions per 16 bytes (22 of its 89 per bf16 vector) even without a residual.
-template <class Op, int K, bool kToShared, class Held>
+template <class Op, int K, bool kToShared, bool kAll = false, class Held>
 __device__ __forceinline__ void store_whole(const Params<typename Op::T>& p, const Held& held, typename Op::T* base,
                                             const typename Op::T* residual, int first, int stride, int lo, int hi,
                                             const typename Op::Coef& c) {
@@ -1370,11 +1457,11 @@ __device__ __forceinline__ void store_whole(const Params<typename Op::T>& p, con
     constexpr Family kF = decltype(tag)::kFamily;
     if constexpr (Op::kResidual) {
       if (residual != nullptr) {
-        store_whole_as<Op, kF, K, kToShared, true>(held, base, residual, first, stride, lo, hi, c, p.act);
+        store_whole_as<Op, kF, K, kToShared, true, kAll>(held, base, residual, first, stride, lo, hi, c, p.act);
         return;
       }
     }
-    store_whole_as<Op, kF, K, kToShared, false>(held, base, residual, first, stride, lo, hi, c, p.act);
+    store_whole_as<Op, kF, K, kToShared, false, kAll>(held, base, residual, first, stride, lo, hi, c, p.act);
   });
 }
 
@@ -1410,52 +1497,101 @@ struct OnchipShape {
   int cluster_size;
 };
 
+// The kernel takes one of two paths, the same for every CTA of a launch:
+// - whole-group: no cluster and an instance of exactly K * G vectors (M == K * G * kVec, which puts every
+//   instance start on a vector boundary). Each thread's K vectors are all whole, so the copies, the
+//   partial and the stores carry no bounds, no boundary elements, and every thread of the group holds a
+//   partial of K * kVec elements: the merges take combine_equal (instance_reduce<true>). Groups past the
+//   last instance (in the last CTA of G < 128 plans) copy zeros and store nothing.
+// - general: any size, instance starts anywhere in a vector (head), clusters, boundary elements.
+// The test is uniform over the grid (it reads only the launch's parameters), so the __syncthreads of a
+// G > 32 reduction and the cluster's barriers are reached on one path by every thread.
+// Results: the whole-group path's thread partials, coefficients and stores are the general path's
+// arithmetic in the same order; its merges are combine_equal's, whose mean (a.mean / 2 + b.mean / 2)
+// and M2 may differ from Chan's general merge (a.mean + delta * 0.5) in the last bits. The forward's
+// statistics and output at such sizes may therefore differ in the last bits from the pre-whole-group
+// kernel and from other plans (cluster, stream, multi_cta) at the same size; constant instances, the
+// alternating +-1 instance (test_stats_exact_at_capacity) and the backward's sums (plain adds) stay
+// bit-exact.
 template <class Op, class Addr, int K>
 __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename Op::T> p, OnchipShape shape) {
+  // The whole-group test is uniform over the grid only because Spans starts every instance at a
+  // multiple of M (so at a vector boundary when M is a multiple of kVec).
+  static_assert(std::is_same_v<Addr, Spans>, "onchip_kernel's whole-group test assumes Spans addressing");
   allow_dependent_grid();  // the per-channel reduction that may follow (channel sums, running statistics)
   using T = typename Op::T;
   using Partial = typename Op::Partial;
   constexpr int kVec = Elem<T>::kVec;
-  extern __shared__ uint4 held_storage[];
   __shared__ Partial warp_partials[Op::kMaxBlock / kWarpSize];
   __shared__ Partial cta_partial;
 
+  // G and the cluster size are powers of two (malformed() refuses other plans): shifts and masks. The
+  // three unsigned divisions by them (group, CTAs per cluster, groups per CTA) took some 60 instructions.
   const int G = shape.threads_per_instance;
   const int cluster_size = shape.cluster_size;
-  const int group = threadIdx.x / G;
-  const int local = threadIdx.x - group * G;
-  const int rank = cluster_size > 1 ? static_cast<int>(blockIdx.x % cluster_size) : 0;
-  const int64_t instance = int64_t(blockIdx.x / cluster_size) * (blockDim.x / G) + group;
+  const int g_shift = __ffs(G) - 1;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int group = tid >> g_shift;
+  const int local = tid & (G - 1);
+  const int rank = static_cast<int>(blockIdx.x) & (cluster_size - 1);  // 0 without a cluster
+  const int64_t instance =
+      int64_t(blockIdx.x >> (__ffs(cluster_size) - 1)) * static_cast<int>(blockDim.x >> g_shift) + group;
   const bool active = instance < p.num_instances;
   const int64_t safe = active ? instance : 0;
-  const int M = static_cast<int>(p.instance_size);
   const int64_t start = Addr::base(safe, p.instance_size);
-  const int head = static_cast<int>(start % kVec);  // elements before the instance in its first vector
-  // CTA rank r owns a contiguous run of K * G vectors; base + first is 16-byte aligned.
-  const int first = ((rank * K) * G + local) * kVec - head;
   const int stride = G * kVec;
-  const int hi = active ? M : 0;
-  const Boundary boundary = boundary_of<T>(M, head);
-  // Thread `local` of rank 0 takes boundary element `local` (G >= 32 > 2 * (kVec - 1)).
-  const bool boundary_element = active && rank == 0 && local < boundary.count();
   const typename Op::Known known = Op::known(p, safe);
 
   SharedVectors held[Op::kInputs];
 #pragma unroll
-  for (int t = 0; t < Op::kInputs; ++t) {
-    uint4* mine = held_storage + t * K * blockDim.x + threadIdx.x;
-    held[t] = {mine, static_cast<int>(blockDim.x)};
-    copy_whole_vectors_async<T, K>(mine, blockDim.x, Op::input(p, t) + start, first, stride, 0, hi);
-  }
+  for (int t = 0; t < Op::kInputs; ++t) held[t] = {held_address<K>(t, tid, static_cast<int>(blockDim.x))};
   Partial s{};
-  if (boundary_element) s = Op::element_partial(p, start + boundary.at(local), known);  // overlaps the copies
-  wait_async_copies();
-  s = combine(Op::template thread_partial<K>(held, first, stride, 0, hi, known), s);
-  s = instance_reduce(s, warp_partials, &cta_partial, G, group, cluster_size);
+  if (cluster_size == 1 && p.instance_size == int64_t(K) * stride) {
+    // Whole-group path. The thread's vectors: elements mine + k * stride of every tensor, k < K.
+    const int64_t mine = start + local * kVec;
+#pragma unroll
+    for (int t = 0; t < Op::kInputs; ++t) {
+      copy_all_vectors_async<T, K>(held[t].address, Op::input(p, t) + mine, stride, active);
+    }
+    wait_async_copies();
+    s = Op::template thread_partial<K, true>(held, 0, stride, 0, 0, known);
+    s = instance_reduce<true>(s, warp_partials, &cta_partial, G, group, 1);
+    if (active) {
+      const typename Op::Coef c = Op::coef(p, safe, s, known);
+      store_whole<Op, K, false, true>(p, held, p.out + mine, residual_at<Op>(p, mine), 0, stride, 0, 0, c);
+    }
+  } else {
+    const int M = static_cast<int>(p.instance_size);
+    // Elements before the instance in its first vector; start >= 0, so an unsigned mask (a signed
+    // modulo of the 64-bit start was rematerialized at every vector).
+    const int head = static_cast<int>(static_cast<uint64_t>(start) & (kVec - 1));
+    // CTA rank r owns a contiguous run of K * G vectors; the thread's first vector starts at element
+    // `first` of the instance (-head for the instance's first vector), 16-byte aligned.
+    const int first = ((rank * K) * G + local) * kVec - head;
+    const int hi = active ? M : 0;
+    const Boundary boundary = boundary_of<T>(M, head);
+    // Thread `local` of rank 0 takes boundary element `local` (G >= 32 > 2 * (kVec - 1)).
+    const bool boundary_element = active && rank == 0 && local < boundary.count();
+    // Elements are counted from the thread's first vector (`mine`): vector k at mine + k * stride, whole
+    // when inside [lo, hi) = [-first, hi - first). One 64-bit base per thread and tensor; the per-vector
+    // index k * stride is never negative (an index from the instance start, first + k * stride, was
+    // sign-extended and rebuilt into a 64-bit address at every vector).
+    const int64_t mine = start + first;
+    const int lo = -first;
+    const int hi_mine = hi - first;
+#pragma unroll
+    for (int t = 0; t < Op::kInputs; ++t) {
+      copy_whole_vectors_async<T, K>(held[t].address, Op::input(p, t) + mine, 0, stride, lo, hi_mine);
+    }
+    if (boundary_element) s = Op::element_partial(p, start + boundary.at(local), known);  // overlaps the copies
+    wait_async_copies();
+    s = combine(Op::template thread_partial<K>(held, 0, stride, lo, hi_mine, known), s);
+    s = instance_reduce(s, warp_partials, &cta_partial, G, group, cluster_size);
 
-  const typename Op::Coef c = Op::coef(p, safe, s, known);
-  store_whole<Op, K, false>(p, held, p.out + start, residual_at<Op>(p, start), first, stride, 0, hi, c);
-  if (boundary_element) store_element<Op>(p, start + boundary.at(local), c);
+    const typename Op::Coef c = Op::coef(p, safe, s, known);
+    store_whole<Op, K, false>(p, held, p.out + mine, residual_at<Op>(p, mine), 0, stride, lo, hi_mine, c);
+    if (boundary_element) store_element<Op>(p, start + boundary.at(local), c);
+  }
   if (active && rank == 0 && local == 0) Op::publish(p, instance, s, known);
   cluster_release(cluster_size);
 }
