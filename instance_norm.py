@@ -3744,24 +3744,50 @@ Plan widest_stream(DType dtype, Direction direction, int64_t instance_size, int6
   return Plan::multi_cta();
 }
 
+// Which of the backward's stream plans choose_stream tries first: the run-ahead ones
+// (kStreamAheadVectors, half the vectors a thread, so twice the cluster), or the plain ones (K = 8),
+// or the plain ones where the smallest cluster they fit holds two stages or more.
+enum class AheadOrder { kAheadFirst, kPlainFirst, kPlainIfPipelined };
+
 // The stream plan of the smallest cluster whose slices fit, with as many stages as fit; with
-// `spread` (few instances) widest_stream's first. The backward tries its run-ahead plans
-// (kStreamAheadVectors) first: on the H200 they took 0.87x the time of the plain plan at bf16
-// (112,64,512,512), 0.93x at bf16 and 0.88x at fp32 (16,64,256,256) (benchmarks/NOTES.md, 2026-11-29
-// seventh session).
-Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool* found, int64_t spread = 0) {
+// `spread` (few instances) widest_stream's first. The backward's order of plans (`order`, chosen in
+// choose_backward); H200, twentieth session, benchmarks/NOTES.md and results_h200/onchip_s24/call4-5:
+// - Many instances (crowd_of's kMany), and every float32 crowd: the run-ahead plans first. At bf16
+//   (112,64,512,512) they took 0.87x the time of the plain plan, 0.93x at bf16 and 0.88x at fp32
+//   (16,64,256,256) (2026-11-29, seventh session).
+// - 16-bit types, no more instances than SMs (kUnderSms): the plain plans first. The plain plan's
+//   clusters are half as wide, so every CTA is resident in about one wave. The training step
+//   (pdl_ab_s21.py, graph replay, against the run-ahead plan) took 0.961x at bf16 (32,3,224,224),
+//   0.901x at (1,64,256,256) and 0.961x at (1,100,224,224).
+// - 16-bit types, between those (kSome): the plain plans where they hold two stages. (8,24,224,224)
+//   took 0.953x; at (2,100,256,256) the one-stage plain plan lost (tune.py: stream(CS=2,S=1) 0.0363
+//   against stream(CS=4,S=3,K=4) 0.0301 ms).
+// - float32 keeps the run-ahead order. The backward alone (tune.py) ran faster on the plain plan, e.g.
+//   (32,3,224,224) stream(CS=4,S=2) 0.0196 against stream(CS=8,S=4,K=4) 0.0232 ms. The training step
+//   did not follow: 1.016x there, 1.077x at (1,64,256,256), 0.957-1.005x at four other shapes. The
+//   difference between the two measures was not traced.
+Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool* found, int64_t spread = 0,
+                   AheadOrder order = AheadOrder::kAheadFirst) {
   *found = false;
   if (dtype == DType::kDouble || !has_clusters() || instance_size % vector_width(dtype) != 0) return Plan::multi_cta();
   if (spread > 0) {
     const Plan plan = widest_stream(dtype, direction, instance_size, spread, found);
     if (*found) return plan;
   }
-  const int k_choices[] = {kStreamAheadVectors, kStreamVectors};
-  for (int k : k_choices) {
+  const int ahead_first[] = {kStreamAheadVectors, kStreamVectors};
+  const int plain_first[] = {kStreamVectors, kStreamAheadVectors};
+  const int* k_choices = order == AheadOrder::kAheadFirst ? ahead_first : plain_first;
+  for (int i = 0; i < 2; ++i) {
+    const int k = k_choices[i];
     if (k == kStreamAheadVectors && direction != Direction::kBackward) continue;
+    // The plain plan with one stage is left for the run-ahead one after it (kPlainIfPipelined).
+    const int least = order == AheadOrder::kPlainIfPipelined && k == kStreamVectors && i == 0 &&
+                              direction == Direction::kBackward
+                          ? 2
+                          : min_stages(direction, k);
     for (int cs : kStreamClusterChoices) {
       if (stream_slice_vectors(instance_size, vector_width(dtype), cs) > int64_t(k) * kStreamThreads) continue;
-      for (int stages = kStreamMaxStages; stages >= min_stages(direction, k); --stages) {
+      for (int stages = kStreamMaxStages; stages >= least; --stages) {
         const Plan plan = Plan::stream(cs, stages, k);
         if (refusal(dtype, direction, plan, nchw(instance_size)).empty()) {
           *found = true;
@@ -3771,6 +3797,8 @@ Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool
       break;
     }
   }
+  // kPlainIfPipelined with no run-ahead plan either: the plain plan with one stage.
+  if (order == AheadOrder::kPlainIfPipelined) return choose_stream(dtype, direction, instance_size, found, 0);
   return Plan::multi_cta();
 }
 
@@ -3888,7 +3916,13 @@ Plan choose_backward(DType dtype, int64_t instance_size, int64_t instances) {
   }
   const bool onchip = plan.regime == Regime::kOnchip || plan.regime == Regime::kCluster || plan.regime == Regime::kFlat;
   if (onchip && refusal(dtype, bwd, plan, nchw(instance_size)).empty()) return plan;
-  const Plan stream = choose_stream(dtype, bwd, instance_size, &found, few_instances(instances) ? instances : 0);
+  const Crowd crowd = crowd_of(instances);
+  // AheadOrder's note: 16-bit types only; few instances take widest_stream first, then as before.
+  const bool sixteen_bit = vector_width(dtype) == 8;
+  const AheadOrder order = sixteen_bit && crowd == Crowd::kUnderSms ? AheadOrder::kPlainFirst
+                           : sixteen_bit && crowd == Crowd::kSome   ? AheadOrder::kPlainIfPipelined
+                                                                    : AheadOrder::kAheadFirst;
+  const Plan stream = choose_stream(dtype, bwd, instance_size, &found, crowd == Crowd::kFew ? instances : 0, order);
   if (found) return stream;
   if (plan.regime == Regime::kOnchip && has_clusters()) {
     const Plan split = cluster_split(plan.vectors, plan.threads);

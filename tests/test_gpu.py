@@ -650,6 +650,20 @@ def test_chosen_plans(inorm):
                                    ((1, 1, 512, 512), torch.bfloat16)):
                 plan = inorm.chosen_plan(torch.empty(shape, device="cuda", dtype=dtype16))
                 assert plan.regime == "stream" and plan.cluster >= 8, f"{shape} {dtype16}: {plan}"
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        if 100 <= sms < 192:
+            # The backward's stream plans (AheadOrder), 16-bit types: no more instances than SMs (96)
+            # take the plain plan (K = 8, half the run-ahead plan's cluster); more (192, 200) take it
+            # only with two stages or more, else the run-ahead plan (K = 4). Float32 keeps K = 4 first.
+            fp32 = inorm.chosen_plan(torch.empty(32, 3, 224, 224, device="cuda"), True)
+            assert fp32.regime == "stream" and fp32.vectors == 4, fp32
+            for dtype16 in (torch.bfloat16, torch.float16):
+                under = inorm.chosen_plan(torch.empty(32, 3, 224, 224, device="cuda", dtype=dtype16), True)
+                assert under.regime == "stream" and under.vectors == 8, f"{dtype16}: {under}"
+                some = inorm.chosen_plan(torch.empty(8, 24, 224, 224, device="cuda", dtype=dtype16), True)
+                assert some.regime == "stream" and some.vectors == 8 and some.stages >= 2, f"{dtype16}: {some}"
+                one_stage = inorm.chosen_plan(torch.empty(2, 100, 256, 256, device="cuda", dtype=dtype16), True)
+                assert one_stage.regime == "stream" and one_stage.vectors == 4, f"{dtype16}: {one_stage}"
         # Many instances whose x and dy fill a 512-thread onchip CTA: the backward streams them, in
         # float32 and (the same bytes per thread) in 16-bit types.
         mid = torch.empty(4, 128, 128, 128, device="cuda")
