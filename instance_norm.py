@@ -29,8 +29,9 @@ onchip, a CTA     up to 32K elements (128 KB);     cp.async copies the instance 
 per instance      a 1024-thread one streams with   memory: registers stay low, several CTAs
                   >= 2 instances per SM (the       overlap one's reduction with another's loads;
                   backward: 512+ threads, fp32     an instance of exactly K*G vectors takes a
-                  (4,128,128,128) 0.0433 ->        whole-group path with no bounds tests (fp32
-                  0.0390 ms; bf16 alike)           (8,512,32,32): 2.4x fewer instructions)
+                  (4,128,128,128) 0.0433 ->        whole-group path with no bounds tests (with
+                  0.0390 ms; bf16 alike)           32-bit shared addresses and shifts, fp32
+                                                   (8,512,32,32) ran 2.4x fewer instructions)
 stream (sm_90)    one to 16 CTAs' worth, bytes a   a persistent grid of clusters, each CTA owns
                   multiple of 16 (the main shape,  a slice of every instance; the bulk copy
                   512x512, is 1 MiB)               engine keeps the next instances in flight and
@@ -1376,7 +1377,9 @@ constexpr int kResidualBatch = 4;
 // an epilogue (K = 8: 84 -> 64 registers; its device time is not measured yet). float32 rolled ran
 // about 1 us slower at K = 8, G = 512, so float32 keeps the unrolled loop, though that forward kernel
 // still spills (12 bytes stored, 72 loaded; benchmarks/NOTES.md, twelfth session). Register-held data
-// (stream, multi_cta) keeps it too: its vectors must be indexed by constants.
+// (stream, multi_cta) keeps it too: its vectors must be indexed by constants. The onchip whole-group path
+// (kAll) maps 16-bit data kAllBatch16 vectors at a time instead, with or without an epilogue; with a
+// residual that halves the residual loads in flight against kResidualBatch (not timed separately).
 // kAll: every vector is whole (the onchip kernel's whole-group path): no tests.
 template <class Op, Family F, int K, bool kToShared, bool kAdd, bool kAll = false, class Held>
 __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T* base, const typename Op::T* residual,
@@ -1511,12 +1514,13 @@ struct OnchipShape {
 // and M2 may differ from Chan's general merge (a.mean + delta * 0.5) in the last bits. The forward's
 // statistics and output at such sizes may therefore differ in the last bits from the pre-whole-group
 // kernel and from other plans (cluster, stream, multi_cta) at the same size; constant instances, the
-// alternating +-1 instance (test_stats_exact_at_capacity) and the backward's sums (plain adds) stay
-// bit-exact.
+// alternating +-1 instance (test_plan_onchip_whole_group; test_stats_exact_at_capacity covers the general
+// path) and the backward's sums (plain adds) stay bit-exact.
 template <class Op, class Addr, int K>
 __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename Op::T> p, OnchipShape shape) {
-  // The whole-group test is uniform over the grid only because Spans starts every instance at a
-  // multiple of M (so at a vector boundary when M is a multiple of kVec).
+  // The whole-group test reads only launch parameters, so it is uniform over the grid. What rests on
+  // Spans is that it starts every instance at a multiple of M, so at a vector boundary when M is a
+  // multiple of kVec (the whole-group path has no head).
   static_assert(std::is_same_v<Addr, Spans>, "onchip_kernel's whole-group test assumes Spans addressing");
   allow_dependent_grid();  // the per-channel reduction that may follow (channel sums, running statistics)
   using T = typename Op::T;
@@ -3756,7 +3760,10 @@ enum class AheadOrder { kAheadFirst, kPlainFirst, kPlainIfPipelined };
 //   (112,64,512,512) they took 0.87x the time of the plain plan, 0.93x at bf16 and 0.88x at fp32
 //   (16,64,256,256) (2026-11-29, seventh session).
 // - 16-bit types, no more instances than SMs (kUnderSms): the plain plans first. The plain plan's
-//   clusters are half as wide, so every CTA is resident in about one wave. The training step
+//   clusters are half as wide at the same shared memory, so about twice as many instances are in flight
+//   at once (bf16 (32,3,224,224): 66 clusters of stream(CS=2,S=2) against 33 of stream(CS=4,S=4,K=4) on
+//   132 SMs, one CTA an SM); that this is why was not traced. Timed in bf16; float16 (the same bytes)
+//   follows untimed. The training step
 //   (pdl_ab_s21.py, graph replay, against the run-ahead plan) took 0.961x at bf16 (32,3,224,224),
 //   0.901x at (1,64,256,256) and 0.961x at (1,100,224,224).
 // - 16-bit types, between those (kSome): the plain plans where they hold two stages. (8,24,224,224)

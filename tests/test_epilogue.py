@@ -197,6 +197,33 @@ def test_fused_every_regime(inorm, ops, rng, act, variant, regime, dtype):
                 f"{act}({slope}) {variant} {regime} {dtype} shape={shape}")
 
 
+# The onchip kernel's whole-group path (H*W = K * G * vec, no cluster: no bounds, equal-count merges, 16-bit
+# epilogues mapped two vectors at a time) with each activation and a residual, forward and backward; N*C
+# leaves the last CTA partly idle where a CTA holds several groups (G < 128 runs 256-thread CTAs).
+WHOLE_GROUP_EPILOGUE_PLANS = [(torch.float32, 8, 32, (3, 5)), (torch.float32, 8, 512, (1, 3)),
+                              (torch.bfloat16, 4, 32, (3, 5)), (torch.bfloat16, 8, 64, (1, 7)),
+                              (torch.bfloat16, 8, 512, (1, 2)), (torch.float16, 2, 256, (2, 3))]
+
+
+@pytest.mark.parametrize("case", WHOLE_GROUP_EPILOGUE_PLANS, ids=lambda c: f"{c[0]}-K{c[1]}-G{c[2]}")
+@pytest.mark.parametrize("act", ACTS)
+@CUDA
+def test_fused_whole_group(inorm, ops, rng, act, case):
+    dtype, k, threads, (n, c) = case
+    plan = ("onchip", k, threads, 1, 0)
+    hw = k * threads * (16 // dtype.itemsize)
+    if plan_capacity(plan, dtype) == 0 or plan_capacity(plan, dtype, True) == 0:
+        pytest.skip(f"{as_plan(plan)} cannot run on this device")
+    slope = rng.choice(SLOPES) if act == "leaky_relu" else 0.0
+    for residual, affine in ((True, True), (False, rng.random() < 0.5)):
+        shape = (n, c) + split_hw(hw, rng)
+        probe = torch.empty(shape, dtype=dtype, device="cuda")
+        for backward in (False, True):  # whole vectors from a 16-byte aligned start: the plan takes them
+            assert inorm.plan_refusal(probe, as_plan(plan), backward) == "", f"{as_plan(plan)} {shape} {backward}"
+        check_fused(inorm, ops, rng, shape, dtype, act, slope, residual, affine, plan,
+                    f"{act}({slope}) residual={residual} affine={affine} {as_plan(plan)} {dtype} shape={shape}")
+
+
 ODD_HW = [(1, 2), (2, 1), (3, 1), (1, 5), (7, 7), (1, 31), (3, 11), (17, 241), (127, 129), (1, 65537)]
 
 

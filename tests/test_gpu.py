@@ -236,8 +236,8 @@ def test_plan_onchip(ops, rng, dtype, threads):
 
 # Onchip plans on instances that exactly fill their groups (H*W = K * G * vec: every thread holds K whole
 # vectors, nothing misaligned), with N*C leaving the last CTA partly idle where a CTA holds several
-# groups (G < 128 runs 256-thread CTAs). A kernel may take a bound-free path there (the draft
-# prototypes/onchip_fast_s24.patch does); the general path serves these sizes too.
+# groups (G < 128 runs 256-thread CTAs). The onchip kernel takes its whole-group path there (no bounds,
+# equal-count merges; 7f9863c); the general path serves the other sizes.
 WHOLE_GROUP_PLANS = [
     (torch.float32, 8, 32, (3, 5)), (torch.float32, 2, 32, (1, 13)), (torch.float32, 4, 64, (1, 7)),
     (torch.float32, 8, 512, (2, 3)), (torch.float32, 8, 1024, (1, 2)),
@@ -651,7 +651,10 @@ def test_chosen_plans(inorm):
                 plan = inorm.chosen_plan(torch.empty(shape, device="cuda", dtype=dtype16))
                 assert plan.regime == "stream" and plan.cluster >= 8, f"{shape} {dtype16}: {plan}"
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        if 100 <= sms < 192:
+        x16 = torch.empty(32, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
+        # 96 instances are kUnderSms and 192 and 200 kSome (crowd_of) for 97 <= SMs <= 199; the plans
+        # below need the H100/H200's shared memory (stream(CS=2,S=2) of bf16 224x224 for two tensors).
+        if 100 <= sms < 192 and inorm.plan_refusal(x16, inorm.Plan.stream(2, 2), True) == "":
             # The backward's stream plans (AheadOrder), 16-bit types: no more instances than SMs (96)
             # take the plain plan (K = 8, half the run-ahead plan's cluster); more (192, 200) take it
             # only with two stages or more, else the run-ahead plan (K = 4). Float32 keeps K = 4 first.
