@@ -3788,10 +3788,7 @@ Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool
     const int k = k_choices[i];
     if (k == kStreamAheadVectors && direction != Direction::kBackward) continue;
     // The plain plan with one stage is left for the run-ahead one after it (kPlainIfPipelined).
-    const int least = order == AheadOrder::kPlainIfPipelined && k == kStreamVectors && i == 0 &&
-                              direction == Direction::kBackward
-                          ? 2
-                          : min_stages(direction, k);
+    const int least = order == AheadOrder::kPlainIfPipelined && k == kStreamVectors ? 2 : min_stages(direction, k);
     for (int cs : kStreamClusterChoices) {
       if (stream_slice_vectors(instance_size, vector_width(dtype), cs) > int64_t(k) * kStreamThreads) continue;
       for (int stages = kStreamMaxStages; stages >= least; --stages) {
@@ -3805,7 +3802,9 @@ Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool
     }
   }
   // kPlainIfPipelined with no run-ahead plan either: the plain plan with one stage.
-  if (order == AheadOrder::kPlainIfPipelined) return choose_stream(dtype, direction, instance_size, found, 0);
+  if (order == AheadOrder::kPlainIfPipelined) {
+    return choose_stream(dtype, direction, instance_size, found, 0, AheadOrder::kPlainFirst);
+  }
   return Plan::multi_cta();
 }
 

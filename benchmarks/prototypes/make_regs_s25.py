@@ -1,4 +1,4 @@
-"""Writes the register-held whole-group forward variants (onchip_regs_s25.patch) of instance_norm.py into
+"""Writes the register-held whole-group forward variants (onchip_regs_s25.md) of instance_norm.py into
 .scratch: regs.py (float32 up to 32 values a thread, 16-bit up to 16), regs32.py (16-bit up to 32 too),
 regs_cs.py (regs with streaming loads). String replacement, so that the device needs no `patch`; it fails
 loudly where instance_norm.py no longer matches. Twentieth session, for next_s25.sh."""
@@ -8,20 +8,12 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 src = open(os.path.join(ROOT, "instance_norm.py")).read()
 
-OLD_BRANCH = '''    const int64_t mine = start + local * kVec;
+# The register branch goes in front of the whole-group path's cp.async code, which becomes its `else`
+# (left at its indentation: a prototype); one more brace closes that `else` before the general path.
+OLD_BRANCH_START = '''    const int64_t mine = start + local * kVec;
 #pragma unroll
-    for (int t = 0; t < Op::kInputs; ++t) {
-      copy_all_vectors_async<T, K>(held[t].address, Op::input(p, t) + mine, stride, active);
-    }
-    wait_async_copies();
-    s = Op::template thread_partial<K, true>(held, 0, stride, 0, 0, known);
-    s = instance_reduce<true>(s, warp_partials, &cta_partial, G, group, 1);
-    if (active) {
-      const typename Op::Coef c = Op::coef(p, safe, s, known);
-      store_whole<Op, K, false, true>(p, held, p.out + mine, residual_at<Op>(p, mine), 0, stride, 0, 0, c);
-    }
-  } else {'''
-NEW_BRANCH = '''    const int64_t mine = start + local * kVec;
+'''
+NEW_BRANCH_START = '''    const int64_t mine = start + local * kVec;
     if constexpr (kOnchipRegisterWhole && Op::kInputs == 1 &&
                   K * kVec <= (sizeof(T) == 4 ? kOnchipRegisterWholeValues32 : kOnchipRegisterWholeValues16)) {
       // PROTOTYPE (onchip_regs_s25): the forward's K vectors in registers, loaded straight from global
@@ -44,18 +36,14 @@ NEW_BRANCH = '''    const int64_t mine = start + local * kVec;
       }
     } else {
 #pragma unroll
-      for (int t = 0; t < Op::kInputs; ++t) {
-        copy_all_vectors_async<T, K>(held[t].address, Op::input(p, t) + mine, stride, active);
-      }
-      wait_async_copies();
-      s = Op::template thread_partial<K, true>(held, 0, stride, 0, 0, known);
-      s = instance_reduce<true>(s, warp_partials, &cta_partial, G, group, 1);
-      if (active) {
-        const typename Op::Coef c = Op::coef(p, safe, s, known);
-        store_whole<Op, K, false, true>(p, held, p.out + mine, residual_at<Op>(p, mine), 0, stride, 0, 0, c);
-      }
+'''
+OLD_BRANCH_END = '''    }
+  } else {
+    const int M = static_cast<int>(p.instance_size);'''
+NEW_BRANCH_END = '''    }
     }
-  } else {'''
+  } else {
+    const int M = static_cast<int>(p.instance_size);'''
 OLD_HEAD = '''template <class Op, class Addr, int K>
 __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel('''
 NEW_HEAD = '''// PROTOTYPE switches (onchip_regs_s25): the whole-group forward from registers, up to this many values a
@@ -76,7 +64,9 @@ def replace_once(text, old, new):
     return text.replace(old, new)
 
 
-regs = replace_once(replace_once(src, OLD_BRANCH, NEW_BRANCH), OLD_HEAD, NEW_HEAD)
+regs = src
+for old, new in ((OLD_BRANCH_START, NEW_BRANCH_START), (OLD_BRANCH_END, NEW_BRANCH_END), (OLD_HEAD, NEW_HEAD)):
+    regs = replace_once(regs, old, new)
 variants = {
     "regs.py": regs,
     "regs32.py": replace_once(regs, "kOnchipRegisterWholeValues16 = 16;", "kOnchipRegisterWholeValues16 = 32;"),

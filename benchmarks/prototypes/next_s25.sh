@@ -22,19 +22,7 @@ S=8x512x32x32,32x256x32x32,16x128x32x32,4x128x128x128,1x16x64x64,2x16x48x48
 timeout 240 python3 benchmarks/prototypes/pdl_ab_s21.py old=.scratch/old.py regs=.scratch/regs.py regs32=.scratch/regs32.py \
   regs_cs=.scratch/regs_cs.py --rounds 3 --cases fwd --dtypes float32,bfloat16 --shapes $S > $OUT/ab.txt 2>&1; echo "rc=$?" >> $OUT/ab.txt
 cut -c1-200 $OUT/ab.txt
-for f in .scratch/old.py .scratch/regs.py; do
-  n=$(basename $f .py)
-  timeout 60 ncu --clock-control none --nvtx --nvtx-include "measure/" --metrics smsp__inst_executed.sum,gpu__time_duration.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed \
-    python3 -c "
-import importlib.util, torch
-s = importlib.util.spec_from_file_location('mm', '$f'); m = importlib.util.module_from_spec(s); s.loader.exec_module(m); m.load_extension()
-x = torch.randn(8, 512, 32, 32, device='cuda'); mod = m.ModelNew(512).cuda()
-with torch.no_grad():
-    for _ in range(5): mod(x)
-    torch.cuda.synchronize(); torch.cuda.nvtx.range_push('measure'); mod(x); torch.cuda.nvtx.range_pop(); torch.cuda.synchronize()
-" > $OUT/ncu_$n.txt 2>&1
-done
-grep -h "inst_executed\|duration\|registers\|warps_active\|dram__" $OUT/ncu_*.txt
+bash benchmarks/prototypes/ncu_onchip_counts.sh 60 .scratch/old.py .scratch/regs.py
 timeout $((END - SECONDS - 5)) python3 benchmarks/prototypes/bwd_affine_probe_s25.py --dtypes float32,bfloat16 > $OUT/bwd_affine_probe.txt 2>&1
 echo "rc=$?" >> $OUT/bwd_affine_probe.txt
 cut -c1-160 $OUT/bwd_affine_probe.txt
