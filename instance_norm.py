@@ -1516,6 +1516,18 @@ struct OnchipShape {
 // kernel and from other plans (cluster, stream, multi_cta) at the same size; constant instances, the
 // alternating +-1 instance (test_plan_onchip_whole_group; test_stats_exact_at_capacity covers the general
 // path) and the backward's sums (plain adds) stay bit-exact.
+// The whole-group forward holds a thread's K vectors in registers when they are at most this many values
+// (K <= 8 in float32, K <= 4 in 16-bit types), loaded straight from global memory, and leaves shared
+// memory alone: no cp.async round trip and no three sweeps over shared memory. This is Inductor's
+// persistent reduction at fp32 (8,512,32,32) (a warp per row, 56 registers, no shared memory). Measured
+// in the twenty-first session (benchmarks/NOTES.md): forward graph replay 0.80-0.90x the shared-memory
+// path's time at the shapes that take it, with 32 values in 16-bit types too (16 gave 1.00x there).
+// ptxas -v, sm_90, nvcc 13.0 (results_h200/regs_s25/ptxas_onchip_forward.txt): fp32 Identity K=8 44 -> 56
+// registers, Activated K=8 64 (4 / 12 bytes spilled); bf16 K=4 Identity 41 -> 64 (4 / 4 spilled),
+// Activated 59 -> 64 (8 / 8), fp16 Activated K=4 (16 / 24). The fused forwards measured 0.80-1.00x the
+// shared-memory path's graph replay anyway (fp32, bf16). Streaming (evict-first) loads were no better.
+constexpr int kOnchipRegisterValues = 32;
+
 template <class Op, class Addr, int K>
 __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename Op::T> p, OnchipShape shape) {
   // The whole-group test reads only launch parameters, so it is uniform over the grid. What rests on
@@ -1553,16 +1565,31 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
   if (cluster_size == 1 && p.instance_size == int64_t(K) * stride) {
     // Whole-group path. The thread's vectors: elements mine + k * stride of every tensor, k < K.
     const int64_t mine = start + local * kVec;
+    if constexpr (Op::kInputs == 1 && K * kVec <= kOnchipRegisterValues) {
+      // The forward: the K vectors in registers (kOnchipRegisterValues). Groups past the last instance
+      // hold zeros, as the shared-memory copies give them.
+      uint4 regs[1][K];
+      const uint4* src = reinterpret_cast<const uint4*>(Op::input(p, 0) + mine);
 #pragma unroll
-    for (int t = 0; t < Op::kInputs; ++t) {
-      copy_all_vectors_async<T, K>(held[t].address, Op::input(p, t) + mine, stride, active);
-    }
-    wait_async_copies();
-    s = Op::template thread_partial<K, true>(held, 0, stride, 0, 0, known);
-    s = instance_reduce<true>(s, warp_partials, &cta_partial, G, group, 1);
-    if (active) {
-      const typename Op::Coef c = Op::coef(p, safe, s, known);
-      store_whole<Op, K, false, true>(p, held, p.out + mine, residual_at<Op>(p, mine), 0, stride, 0, 0, c);
+      for (int k = 0; k < K; ++k) regs[0][k] = active ? src[k * G] : make_uint4(0, 0, 0, 0);
+      s = Op::template thread_partial<K, true>(regs, 0, stride, 0, 0, known);
+      s = instance_reduce<true>(s, warp_partials, &cta_partial, G, group, 1);
+      if (active) {
+        const typename Op::Coef c = Op::coef(p, safe, s, known);
+        store_whole<Op, K, false, true>(p, regs, p.out + mine, residual_at<Op>(p, mine), 0, stride, 0, 0, c);
+      }
+    } else {
+#pragma unroll
+      for (int t = 0; t < Op::kInputs; ++t) {
+        copy_all_vectors_async<T, K>(held[t].address, Op::input(p, t) + mine, stride, active);
+      }
+      wait_async_copies();
+      s = Op::template thread_partial<K, true>(held, 0, stride, 0, 0, known);
+      s = instance_reduce<true>(s, warp_partials, &cta_partial, G, group, 1);
+      if (active) {
+        const typename Op::Coef c = Op::coef(p, safe, s, known);
+        store_whole<Op, K, false, true>(p, held, p.out + mine, residual_at<Op>(p, mine), 0, stride, 0, 0, c);
+      }
     }
   } else {
     const int M = static_cast<int>(p.instance_size);
