@@ -1527,6 +1527,10 @@ struct OnchipShape {
 // Activated 59 -> 64 (8 / 8), fp16 Activated K=4 (16 / 24). The fused forwards measured 0.80-1.00x the
 // shared-memory path's graph replay anyway (fp32, bf16). Streaming (evict-first) loads were no better.
 constexpr int kOnchipRegisterValues = 32;
+// The backward (x and dy) likewise up to 64 values a thread (2 * K * kVec: K <= 8 in float32, K <= 4 in
+// 16-bit types): training step graph replay 0.93-0.97x at the 32x32 and 64x64 shapes; a bound of 32 gave
+// 0.97-1.01x (results_h200/regs_s25/call3).
+constexpr int kOnchipRegisterValuesBackward = 64;
 
 template <class Op, class Addr, int K>
 __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename Op::T> p, OnchipShape shape) {
@@ -1565,13 +1569,16 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
   if (cluster_size == 1 && p.instance_size == int64_t(K) * stride) {
     // Whole-group path. The thread's vectors: elements mine + k * stride of every tensor, k < K.
     const int64_t mine = start + local * kVec;
-    if constexpr (Op::kInputs == 1 && K * kVec <= kOnchipRegisterValues) {
-      // The forward: the K vectors in registers (kOnchipRegisterValues). Groups past the last instance
-      // hold zeros, as the shared-memory copies give them.
-      uint4 regs[1][K];
-      const uint4* src = reinterpret_cast<const uint4*>(Op::input(p, 0) + mine);
+    if constexpr (Op::kInputs * K * kVec <= (Op::kInputs == 1 ? kOnchipRegisterValues : kOnchipRegisterValuesBackward)) {
+      // Every input's K vectors in registers (kOnchipRegisterValues, kOnchipRegisterValuesBackward).
+      // Groups past the last instance hold zeros, as the shared-memory copies give them.
+      uint4 regs[Op::kInputs][K];
 #pragma unroll
-      for (int k = 0; k < K; ++k) regs[0][k] = active ? src[k * G] : make_uint4(0, 0, 0, 0);
+      for (int t = 0; t < Op::kInputs; ++t) {
+        const uint4* src = reinterpret_cast<const uint4*>(Op::input(p, t) + mine);
+#pragma unroll
+        for (int k = 0; k < K; ++k) regs[t][k] = active ? src[k * G] : make_uint4(0, 0, 0, 0);
+      }
       s = Op::template thread_partial<K, true>(regs, 0, stride, 0, 0, known);
       s = instance_reduce<true>(s, warp_partials, &cta_partial, G, group, 1);
       if (active) {
