@@ -2,7 +2,8 @@
 do_bench (L2 flushed) and CUDA-graph replay (calls back to back, L2 warm) of: forward no grad,
 train-mode forward with running statistics, the training step (forward + backward, affine), and
 (nineteenth session) eval-mode forward and training step on running statistics (cases eval, evaltrain);
-(twenty-first) the fused module's forward, affine gelu (act) and silu + residual (actres).
+(twenty-first) the fused module's forward, affine gelu (act) and silu + residual (actres), and its
+training step with gelu (acttrain).
 usage: python pdl_ab_s21.py name=path ... [--rounds 2] [--shapes ...] [--layout contiguous|cl]"""
 import argparse, importlib.util, statistics, sys, time
 import torch, triton
@@ -75,6 +76,11 @@ for text in a.shapes.split(","):
                         res_in = dy if case == "actres" else None
                         def fn():
                             with torch.no_grad(): norm(x0, res_in)
+                    elif case == "acttrain":
+                        norm = m.InstanceNormAct2d(shape[1], affine=True, activation="gelu").cuda()
+                        xg = x0.detach().clone().requires_grad_()
+                        def fn():
+                            torch.autograd.backward(norm(xg), dy)
                     else:
                         norm = m.ModelNew(shape[1], affine=True).cuda()
                         xg = x0.detach().clone().requires_grad_()
