@@ -1529,8 +1529,19 @@ struct OnchipShape {
 constexpr int kOnchipRegisterValues = 32;
 // The backward (x and dy) likewise up to 64 values a thread (2 * K * kVec: K <= 8 in float32, K <= 4 in
 // 16-bit types): training step graph replay 0.93-0.97x at the 32x32 and 64x64 shapes; a bound of 32 gave
-// 0.97-1.01x (results_h200/regs_s25/call3).
+// 0.97-1.01x (results_h200/regs_s25/call3). Not the 16-bit backward with an epilogue: its fused training
+// step (gelu) took 1.01-1.24x as long from registers, where float32's took 0.87-1.00x (call5).
 constexpr int kOnchipRegisterValuesBackward = 64;
+
+// Values a thread of the whole-group path may hold in registers for Op (0: the shared-memory path).
+template <class Op>
+constexpr int onchip_register_values() {
+  if constexpr (Op::kInputs == 1) {
+    return kOnchipRegisterValues;
+  } else {
+    return sizeof(typename Op::T) == 4 || !Op::Epilogue::kActive ? kOnchipRegisterValuesBackward : 0;
+  }
+}
 
 template <class Op, class Addr, int K>
 __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename Op::T> p, OnchipShape shape) {
@@ -1569,8 +1580,8 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
   if (cluster_size == 1 && p.instance_size == int64_t(K) * stride) {
     // Whole-group path. The thread's vectors: elements mine + k * stride of every tensor, k < K.
     const int64_t mine = start + local * kVec;
-    if constexpr (Op::kInputs * K * kVec <= (Op::kInputs == 1 ? kOnchipRegisterValues : kOnchipRegisterValuesBackward)) {
-      // Every input's K vectors in registers (kOnchipRegisterValues, kOnchipRegisterValuesBackward).
+    if constexpr (Op::kInputs * K * kVec <= onchip_register_values<Op>()) {
+      // Every input's K vectors in registers (onchip_register_values).
       // Groups past the last instance hold zeros, as the shared-memory copies give them.
       uint4 regs[Op::kInputs][K];
 #pragma unroll
