@@ -29,9 +29,10 @@ onchip, a CTA     up to 32K elements (128 KB);     cp.async copies the instance 
 per instance      a 1024-thread one streams with   memory: registers stay low, several CTAs
                   >= 2 instances per SM (the       overlap one's reduction with another's loads;
                   backward: 512+ threads, fp32     an instance of exactly K*G vectors takes a
-                  (4,128,128,128) 0.0433 ->        whole-group path with no bounds tests (with
-                  0.0390 ms; bf16 alike)           32-bit shared addresses and shifts, fp32
-                                                   (8,512,32,32) ran 2.4x fewer instructions)
+                  (4,128,128,128) 0.0433 ->        whole-group path with no bounds tests, held
+                  0.0390 ms; bf16 alike)           in registers where a thread's values are few
+                                                   (32 forward, 64 backward: fp32 (8,512,32,32)
+                                                   0.81x the shared path's time, graph replay)
 stream (sm_90)    one to 16 CTAs' worth, bytes a   a persistent grid of clusters, each CTA owns
                   multiple of 16 (the main shape,  a slice of every instance; the bulk copy
                   512x512, is 1 MiB)               engine keeps the next instances in flight and
@@ -840,6 +841,9 @@ __device__ __forceinline__ unsigned held_address(int t, int tid, int threads) {
 // every vector it read. The load is ld.volatile so that neither compiler merges the reads of one vector
 // (the statistics' two sweeps and the store): merged, an unconditional sweep (the whole-group path) held
 // all K vectors in registers (onchip fp32 Identity K = 8: 62 registers against 44; 16-bit K = 8 spilled).
+// Since the twenty-first session the whole-group path holds its vectors in registers on purpose where
+// they are few (onchip_register_values: every float32 K, 16-bit K <= 4 but not the 16-bit backward with
+// an epilogue); this rationale now applies to the general path and the rest of the whole-group path.
 struct SharedVectors {
   unsigned address;
   __device__ __forceinline__ uint4 operator[](int k) const {
@@ -1377,9 +1381,11 @@ constexpr int kResidualBatch = 4;
 // an epilogue (K = 8: 84 -> 64 registers; its device time is not measured yet). float32 rolled ran
 // about 1 us slower at K = 8, G = 512, so float32 keeps the unrolled loop, though that forward kernel
 // still spills (12 bytes stored, 72 loaded; benchmarks/NOTES.md, twelfth session). Register-held data
-// (stream, multi_cta) keeps it too: its vectors must be indexed by constants. The onchip whole-group path
-// (kAll) maps 16-bit data kAllBatch16 vectors at a time instead, with or without an epilogue; with a
-// residual that halves the residual loads in flight against kResidualBatch (not timed separately).
+// (stream, multi_cta, the onchip whole-group path from registers) keeps it too: its vectors must be
+// indexed by constants. The onchip whole-group path with 16-bit data in shared memory (kAll) maps
+// kAllBatch16 vectors at a time instead, with or without an epilogue; with a residual that halves the
+// residual loads in flight against kResidualBatch (not timed separately). The float32 spill figure above
+// is an old build's; after the twenty-first session's register path, fp32 Activated K = 8 spills 4 / 12.
 // kAll: every vector is whole (the onchip kernel's whole-group path): no tests.
 template <class Op, Family F, int K, bool kToShared, bool kAdd, bool kAll = false, class Held>
 __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T* base, const typename Op::T* residual,
@@ -1389,9 +1395,11 @@ __device__ __forceinline__ void store_whole_as(const Held& held, typename Op::T*
   using acc_t = typename Op::acc_t;
   constexpr int kVec = Elem<T>::kVec;
   constexpr bool kShared = std::is_same_v<std::remove_cv_t<std::remove_extent_t<Held>>, SharedVectors>;
-  // The whole-group path (kAll) of 16-bit data maps kAllBatch16 vectors at a time in a rolled loop: fully
-  // unrolled, ptxas converted every vector's 8 values ahead of the stores (onchip bf16 Identity K = 4:
-  // 64 registers, against 43 rolled; ptxas -v, sm_90, benchmarks/prototypes/onchip_fast_s24.md).
+  // The whole-group path (kAll) of 16-bit data in shared memory maps kAllBatch16 vectors at a time in a
+  // rolled loop: fully unrolled, ptxas converted every vector's 8 values ahead of the stores (onchip bf16
+  // Identity K = 4: 64 registers, against 43 rolled; ptxas -v, sm_90, benchmarks/prototypes/
+  // onchip_fast_s24.md). Data held in registers (kOnchipRegisterValues) is unrolled: bf16 Identity K = 4
+  // takes those 64 registers (4 / 4 bytes spilled) and still ran 0.80-0.87x the shared path's time.
   constexpr int kAllBatch16 = 2;
   constexpr bool kRolledAll = kAll && kShared && sizeof(T) < 4 && K > kAllBatch16;
   constexpr bool kRolled =
@@ -1493,7 +1501,8 @@ __device__ __forceinline__ void store_element(const Params<typename Op::T>& p, i
 // CTAs per instance. The instance lives in dynamic shared memory (K vectors per thread and input,
 // filled by cp.async) rather than in registers: registers stay low and several CTAs share an SM,
 // so one CTA's reduction overlaps another's memory traffic. A thread only reads the shared memory
-// its own copies wrote.
+// its own copies wrote. The exception: on the whole-group path, where a thread's values are few
+// (onchip_register_values), its vectors go straight to registers.
 // =====================================================================================
 struct OnchipShape {
   int threads_per_instance;
@@ -1505,7 +1514,7 @@ struct OnchipShape {
 //   instance start on a vector boundary). Each thread's K vectors are all whole, so the copies, the
 //   partial and the stores carry no bounds, no boundary elements, and every thread of the group holds a
 //   partial of K * kVec elements: the merges take combine_equal (instance_reduce<true>). Groups past the
-//   last instance (in the last CTA of G < 128 plans) copy zeros and store nothing.
+//   last instance (in the last CTA of G < 128 plans) load (or copy) zeros and store nothing.
 // - general: any size, instance starts anywhere in a vector (head), clusters, boundary elements.
 // The test is uniform over the grid (it reads only the launch's parameters), so the __syncthreads of a
 // G > 32 reduction and the cluster's barriers are reached on one path by every thread.
@@ -1518,19 +1527,26 @@ struct OnchipShape {
 // path) and the backward's sums (plain adds) stay bit-exact.
 // The whole-group forward holds a thread's K vectors in registers when they are at most this many values
 // (K <= 8 in float32, K <= 4 in 16-bit types), loaded straight from global memory, and leaves shared
-// memory alone: no cp.async round trip and no three sweeps over shared memory. This is Inductor's
-// persistent reduction at fp32 (8,512,32,32) (a warp per row, 56 registers, no shared memory). Measured
-// in the twenty-first session (benchmarks/NOTES.md): forward graph replay 0.80-0.90x the shared-memory
+// memory alone: no cp.async round trip and no three sweeps over shared memory, as Inductor's persistent
+// reduction does at fp32 (8,512,32,32) (a warp per row, its row in registers, no shared memory). Measured
+// in the twenty-first session (benchmarks/NOTES.md): forward graph replay 0.80-0.94x the shared-memory
 // path's time at the shapes that take it, with 32 values in 16-bit types too (16 gave 1.00x there).
 // ptxas -v, sm_90, nvcc 13.0 (results_h200/regs_s25/ptxas_onchip_forward.txt): fp32 Identity K=8 44 -> 56
 // registers, Activated K=8 64 (4 / 12 bytes spilled); bf16 K=4 Identity 41 -> 64 (4 / 4 spilled),
 // Activated 59 -> 64 (8 / 8), fp16 Activated K=4 (16 / 24). The fused forwards measured 0.80-1.00x the
-// shared-memory path's graph replay anyway (fp32, bf16). Streaming (evict-first) loads were no better.
+// shared-memory path's graph replay anyway (fp32, bf16). Streaming (evict-first) loads were mixed (better
+// at two fp32 shapes, 0.98x against plain loads' 0.79x at (8,512,32,32)), so the loads are plain.
 constexpr int kOnchipRegisterValues = 32;
 // The backward (x and dy) likewise up to 64 values a thread (2 * K * kVec: K <= 8 in float32, K <= 4 in
-// 16-bit types): training step graph replay 0.93-0.97x at the 32x32 and 64x64 shapes; a bound of 32 gave
+// 16-bit types): training step graph replay 0.93-0.97x at (8,512,32,32), (32,256,32,32), (16,128,32,32)
+// (onchip(8,32) fp32, (4,32) bf16) and (1,16,64,64) (onchip(4,256) fp32, (2,256) bf16); a bound of 32 gave
 // 0.97-1.01x (results_h200/regs_s25/call3). Not the 16-bit backward with an epilogue: its fused training
-// step (gelu) took 1.01-1.24x as long from registers, where float32's took 0.87-1.00x (call5).
+// step (gelu) took 1.00-1.24x as long from registers (K = 2 at (1,16,64,64) neutral, 0.996 / 1.008; a
+// bound of 32 for it is untried), where float32's took 0.87-1.00x (call5; relu and silu not timed).
+// ptxas -v, sm_90, nvcc 13.0 (a review's local build): fp32 Identity K=8 48 -> 99 registers, Activated K=8
+// 53 -> 128 (the cap of the backward's 512-thread launch bound: no headroom), K=4 42 -> 58 and 61 -> 92;
+// bf16 Identity K=4 40 -> 99, K=2 40 -> 63. NOT TIMED: fp32 onchip(8,128), the backward of 64x64 with many
+// instances (e.g. (16,256,64,64)), where registers now bind at 512 threads an SM against 768 before.
 constexpr int kOnchipRegisterValuesBackward = 64;
 
 // Values a thread of the whole-group path may hold in registers for Op (0: the shared-memory path).

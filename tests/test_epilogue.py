@@ -202,7 +202,9 @@ def test_fused_every_regime(inorm, ops, rng, act, variant, regime, dtype):
 # leaves the last CTA partly idle where a CTA holds several groups (G < 128 runs 256-thread CTAs).
 WHOLE_GROUP_EPILOGUE_PLANS = [(torch.float32, 8, 32, (3, 5)), (torch.float32, 8, 512, (1, 3)),
                               (torch.bfloat16, 4, 32, (3, 5)), (torch.bfloat16, 8, 64, (1, 7)),
-                              (torch.bfloat16, 8, 512, (1, 2)), (torch.float16, 2, 256, (2, 3))]
+                              (torch.bfloat16, 8, 512, (1, 2)), (torch.float16, 2, 256, (2, 3)),
+                              # the register path: fp16 K=4 (its forward spills most), fp32 K=4's backward
+                              (torch.float16, 4, 32, (3, 5)), (torch.float32, 4, 64, (1, 7))]
 
 
 @pytest.mark.parametrize("case", WHOLE_GROUP_EPILOGUE_PLANS, ids=lambda c: f"{c[0]}-K{c[1]}-G{c[2]}")

@@ -243,6 +243,8 @@ WHOLE_GROUP_PLANS = [
     (torch.float32, 8, 512, (2, 3)), (torch.float32, 8, 1024, (1, 2)),
     (torch.bfloat16, 4, 32, (3, 5)), (torch.bfloat16, 8, 64, (1, 7)), (torch.bfloat16, 8, 512, (1, 2)),
     (torch.float16, 2, 256, (2, 3)),
+    # the register path's other 16-bit plans (twenty-first session's review): fp16 K=4, bf16 K=2 backward
+    (torch.float16, 4, 32, (3, 5)), (torch.bfloat16, 2, 64, (1, 7)),
 ]
 
 
