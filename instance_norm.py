@@ -1545,8 +1545,9 @@ constexpr int kOnchipRegisterValues = 32;
 // bound of 32 for it is untried), where float32's took 0.87-1.00x (call5; relu and silu not timed).
 // ptxas -v, sm_90, nvcc 13.0 (results_h200/regs_s25/ptxas_onchip_backward.txt): fp32 Identity K=8
 // 48 -> 99 registers, Activated K=8 53 -> 128 (the cap of the backward's 512-thread launch bound: no
-// headroom), K=4 42 -> 58 and 61 -> 92; bf16 Identity K=4 40 -> 99, K=2 40 -> 63. NOT TIMED: fp32 onchip(8,128), the backward of 64x64 with many
-// instances (e.g. (16,256,64,64)), where registers now bind at 512 threads an SM against 768 before.
+// headroom), K=4 42 -> 58 and 61 -> 92; bf16 Identity K=4 40 -> 99, K=2 40 -> 63. NOT TIMED: fp32
+// onchip(8,128), the backward of 64x64 with many instances (e.g. (16,256,64,64)), where registers now bind
+// at 512 threads an SM against 768 before.
 constexpr int kOnchipRegisterValuesBackward = 64;
 
 // Values a thread of the whole-group path may hold in registers for Op (0: the shared-memory path).
