@@ -29,6 +29,9 @@ for s in [(16,256,64,64),(8,64,64,64),(4,128,128,128),(8,512,32,32)]:
 timeout 200 python3 benchmarks/prototypes/pdl_ab_s21.py fwdregs=.scratch/fwdregs.py new=instance_norm.py --rounds 3 \
   --cases train,acttrain --dtypes float32,bfloat16 --shapes 16x256x64x64,8x64x64x64,4x128x128x128 > $OUT/ab_bwd64.txt 2>&1
 echo "rc=$?" >> $OUT/ab_bwd64.txt; cut -c1-150 $OUT/ab_bwd64.txt
+# If onchip(8,128) lost: which backward plan wins there now (e.g. onchip(4,256), 58 registers)?
+timeout 60 python3 benchmarks/tune.py --graph --backward --shapes 16x256x64x64,8x64x64x64 --dtypes float32,bfloat16 --top 6 > $OUT/tune_bwd64.txt 2>&1
+grep -h "default\|^float\|^bfloat" $OUT/tune_bwd64.txt | cut -c1-150 | head -30
 timeout $((END - SECONDS - 10)) python3 benchmarks/bench.py --quick --backward --dtypes float32,bfloat16 \
   --shapes 64x256x7x7,3x5x127x129,32x3x224x224,8x512x32x32,4x128x128x128,1x16x64x64,16x64x256x256 --out $OUT/sweep > $OUT/bench.txt 2>&1
 echo "bench rc=$?" >> $OUT/bench.txt
