@@ -1545,9 +1545,12 @@ constexpr int kOnchipRegisterValues = 32;
 // bound of 32 for it is untried), where float32's took 0.87-1.00x (call5; relu and silu not timed).
 // ptxas -v, sm_90, nvcc 13.0 (results_h200/regs_s25/ptxas_onchip_backward.txt): fp32 Identity K=8
 // 48 -> 99 registers, Activated K=8 53 -> 128 (the cap of the backward's 512-thread launch bound: no
-// headroom), K=4 42 -> 58 and 61 -> 92; bf16 Identity K=4 40 -> 99, K=2 40 -> 63. NOT TIMED: fp32
-// onchip(8,128), the backward of 64x64 with many instances (e.g. (16,256,64,64)), where registers now bind
-// at 512 threads an SM against 768 before.
+// headroom), K=4 42 -> 58 and 61 -> 92; bf16 Identity K=4 40 -> 99, K=2 40 -> 63. fp32 onchip(8,128) (64x64
+// with many instances), where registers now bind at 512 threads an SM against 768 before: training step
+// graph replay 0.96x / 1.02x at (16,256,64,64) / (8,64,64,64), gelu 0.99x / 0.93x (twenty-second session).
+// Capping the registers lost: bf16 K=4 at 64 (96 bytes spilled) 1.13-1.25x, fp32 K=8 at 80 1.02-1.11x.
+// Launching the path with no dynamic shared memory (it reads none) changed nothing (0.98-1.00x), nor did
+// CTAs of 64 or 128 threads for G < 128 (0.92-1.06x; 32 threads: up to 1.57x) (benchmarks/NOTES.md).
 constexpr int kOnchipRegisterValuesBackward = 64;
 
 // Values a thread of the whole-group path may hold in registers for Op (0: the shared-memory path).

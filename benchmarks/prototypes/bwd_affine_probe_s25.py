@@ -9,6 +9,7 @@ This probe builds the training step up piece by piece, for each plan, in CUDA-gr
 and lists the module step's kernels under torch.profiler (device time per kernel).
     PYTHONPATH=. python benchmarks/prototypes/bwd_affine_probe_s25.py [--shapes 32x3x224x224,...] [--dtypes float32]
 """
+import re
 import argparse
 import os
 import sys
@@ -45,7 +46,7 @@ for dtype_name in a.dtypes.split(","):
         print(f"\n{dtype_name} {shape} default backward {default}; copy {copy:.2f} add {add:.2f}", flush=True)
         # The plans are built from their names (in the twenty-first session's run, matching them against
         # str() of candidate_plans found none, and the loop skipped every plan silently).
-        for name in a.plans.split(","):
+        for name in re.findall(r"stream\([^)]*\)", a.plans):  # commas inside the names too
             fields = dict(kv.split("=") for kv in name[len("stream("):-1].split(","))
             plan = instance_norm.Plan.stream(int(fields["CS"]), int(fields["S"]), int(fields.get("K", 8)))
             refusal = instance_norm.plan_refusal(x, plan, True)

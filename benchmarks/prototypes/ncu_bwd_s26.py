@@ -1,5 +1,6 @@
 """Twenty-first session, for the next: one backward (no affine) inside an NVTX range "measure", for
-ncu --nvtx-include, ours (ModelNew through autograd) or torch.compile's (nn.InstanceNorm2d).
+ncu --profile-from-start off (cudaProfilerStart/Stop: process-wide; an NVTX range
+on this thread misses the kernels, which autograd launches from its device thread), ours (ModelNew through autograd) or torch.compile's (nn.InstanceNorm2d).
 usage: python ncu_bwd_s26.py ours|compile N C H W dtype"""
 import sys, torch, torch.nn as nn
 impl, n, c, h, w, dtype = sys.argv[1], *map(int, sys.argv[2:6]), getattr(torch, sys.argv[6])
@@ -15,7 +16,7 @@ y = m(x)
 for _ in range(5):
     torch.autograd.grad(y, x, dy, retain_graph=True)
 torch.cuda.synchronize()
-torch.cuda.nvtx.range_push("measure")
+torch.cuda.profiler.start()
 torch.autograd.grad(y, x, dy, retain_graph=True)
-torch.cuda.nvtx.range_pop()
 torch.cuda.synchronize()
+torch.cuda.profiler.stop()

@@ -18,6 +18,9 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTE
 python3 -c "import importlib.util; s=importlib.util.spec_from_file_location('m_old','.scratch/fwdregs.py'); m=importlib.util.module_from_spec(s); s.loader.exec_module(m); m.load_extension()" > $OUT/build_old.txt 2>&1 &
 timeout 240 python3 -c "import time; t=time.time(); import instance_norm; instance_norm.load_extension(); print(f'built {time.time()-t:.1f} s')" > $OUT/build.txt 2>&1 || exit 1
 wait
+# The review's whole-group test cases (never run on a GPU before the twenty-second session).
+timeout 120 python3 -m pytest -q -x tests/test_gpu.py tests/test_epilogue.py -k whole_group > $OUT/pytest_whole_group.txt 2>&1
+echo "rc=$?" >> $OUT/pytest_whole_group.txt; tail -3 $OUT/pytest_whole_group.txt
 python3 -c "
 import torch, instance_norm as m
 m.load_extension()
