@@ -3,7 +3,7 @@ do_bench (L2 flushed) and CUDA-graph replay (calls back to back, L2 warm) of: fo
 train-mode forward with running statistics, the training step (forward + backward, affine), and
 (nineteenth session) eval-mode forward and training step on running statistics (cases eval, evaltrain);
 (twenty-first) the fused module's forward, affine gelu (act) and silu + residual (actres), and its
-training step with gelu (acttrain).
+training step with gelu (acttrain); (twenty-second) the backward alone, plain (bwd) and affine (bwdaff).
 usage: python pdl_ab_s21.py name=path ... [--rounds 2] [--shapes ...] [--layout contiguous|cl]"""
 import argparse, importlib.util, statistics, sys, time
 import torch, triton
@@ -52,7 +52,8 @@ for text in a.shapes.split(","):
         for case in a.cases.split(","):
             res = {n: [] for n, _ in mods}; floor = []
             for rnd in range(a.rounds):
-                floor.append(bench(lambda: out.copy_(x0)) if "train" not in case else bench(lambda: torch.add(x0, dy, out=out)))
+                floor.append(bench(lambda: torch.add(x0, dy, out=out)) if "train" in case or case.startswith("bwd")
+                             else bench(lambda: out.copy_(x0)))
                 for name, m in mods:
                     if case == "fwd":
                         norm = m.ModelNew(shape[1]).cuda()
@@ -76,6 +77,13 @@ for text in a.shapes.split(","):
                         res_in = dy if case == "actres" else None
                         def fn():
                             with torch.no_grad(): norm(x0, res_in)
+                    elif case in ("bwd", "bwdaff"):  # the backward alone (twenty-second session)
+                        norm = m.ModelNew(shape[1], affine=case == "bwdaff").cuda()
+                        xg = x0.detach().clone().requires_grad_()
+                        yg = norm(xg)
+                        grad_in = (xg,) + tuple(norm.parameters())
+                        def fn():
+                            torch.autograd.grad(yg, grad_in, dy, retain_graph=True)
                     elif case == "acttrain":
                         norm = m.InstanceNormAct2d(shape[1], affine=True, activation="gelu").cuda()
                         xg = x0.detach().clone().requires_grad_()
