@@ -1549,7 +1549,7 @@ constexpr int kOnchipRegisterValues = 32;
 // with many instances), where registers now bind at 512 threads an SM against 768 before: training step
 // graph replay 0.96x / 1.02x at (16,256,64,64) / (8,64,64,64), gelu 0.99x / 0.93x (twenty-second session).
 // Capping the registers lost: bf16 K=4 at 64 (96 bytes spilled) 1.13-1.25x, fp32 K=8 at 80 1.02-1.11x.
-// Launching the path with no dynamic shared memory (it reads none) changed nothing (0.98-1.00x), nor did
+// Launching the path with no dynamic shared memory (it reads none) changed nothing (0.97-1.01x), nor did
 // CTAs of 64 or 128 threads for G < 128 (0.92-1.06x; 32 threads: up to 1.57x) (benchmarks/NOTES.md).
 constexpr int kOnchipRegisterValuesBackward = 64;
 
