@@ -1547,10 +1547,11 @@ constexpr int kOnchipRegisterValues = 32;
 // 48 -> 99 registers, Activated K=8 53 -> 128 (the cap of the backward's 512-thread launch bound: no
 // headroom), K=4 42 -> 58 and 61 -> 92; bf16 Identity K=4 40 -> 99, K=2 40 -> 63. fp32 onchip(8,128) (64x64
 // with many instances), where registers now bind at 512 threads an SM against 768 before: training step
-// graph replay 0.96x / 1.02x at (16,256,64,64) / (8,64,64,64), gelu 0.99x / 0.93x (twenty-second session).
-// Capping the registers lost: bf16 K=4 at 64 (96 bytes spilled) 1.13-1.25x, fp32 K=8 at 80 1.02-1.11x.
+// graph replay 0.96x / 1.02x at (16,256,64,64) / (8,64,64,64), gelu 0.99x / 0.92x (twenty-second session).
+// Capping the registers lost: bf16 K=4 at 64 (96 bytes spilled) 1.13-1.25x, fp32 K=8 at 80 1.02-1.10x.
 // Launching the path with no dynamic shared memory (it reads none) changed nothing (0.97-1.01x), nor did
-// CTAs of 64 or 128 threads for G < 128 (0.92-1.06x; 32 threads: up to 1.57x) (benchmarks/NOTES.md).
+// CTAs of 64 or 128 threads for G < 128 (training step 0.99-1.02x, forward 0.92-1.06x; 32 threads: up
+// to 1.57x) (benchmarks/NOTES.md).
 constexpr int kOnchipRegisterValuesBackward = 64;
 
 // Values a thread of the whole-group path may hold in registers for Op (0: the shared-memory path).
