@@ -142,7 +142,8 @@ inline constexpr int kMaxBlock = 1024;           // onchip forward CTAs
 inline constexpr int kBackwardMaxBlock = 512;    // onchip backward CTAs: addressing two held tensors
                                                  // takes more than the 64 registers 1024 threads get
 inline constexpr int kSmallGroupBlock = 256;     // onchip plans of G < 128 threads pack instances into
-                                                 // CTAs of this size
+                                                 // CTAs of this size (64 / 128: forward 0.92-1.06x,
+                                                 // training step 0.99-1.02x; NOTES, 22nd session)
 inline constexpr int kMinClusterThreads = 128;   // a cluster plan's G
 inline constexpr int kMaxCluster = 16;           // 16 needs the non-portable cluster size attribute
 inline constexpr int kPortableCluster = 8;
@@ -1549,7 +1550,8 @@ constexpr int kOnchipRegisterValues = 32;
 // with many instances), where registers now bind at 512 threads an SM against 768 before: training step
 // graph replay 0.96x / 1.02x at (16,256,64,64) / (8,64,64,64), gelu 0.99x / 0.92x (twenty-second session).
 // Capping the registers lost: bf16 K=4 at 64 (96 bytes spilled) 1.13-1.25x, fp32 K=8 at 80 1.02-1.10x.
-// Launching the path with no dynamic shared memory (it reads none) changed nothing (0.97-1.01x), nor did
+// Launching the path with no dynamic shared memory (it reads none) changed nothing (0.97-1.01x against the
+// capped build), nor did
 // CTAs of 64 or 128 threads for G < 128 (training step 0.99-1.02x, forward 0.92-1.06x; 32 threads: up
 // to 1.57x) (benchmarks/NOTES.md).
 constexpr int kOnchipRegisterValuesBackward = 64;

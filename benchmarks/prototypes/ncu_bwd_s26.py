@@ -1,6 +1,7 @@
-"""Twenty-first session, for the next: one backward (no affine) inside an NVTX range "measure", for
-ncu --profile-from-start off (cudaProfilerStart/Stop: process-wide; an NVTX range
-on this thread misses the kernels, which autograd launches from its device thread), ours (ModelNew through autograd) or torch.compile's (nn.InstanceNorm2d).
+"""Twenty-first session, for the next: one backward (no affine), bracketed by cudaProfilerStart/Stop for
+ncu --profile-from-start off (process-wide; the first version's NVTX range on this thread missed the
+kernels, which autograd launches from its device thread), ours (ModelNew through autograd) or
+torch.compile's (nn.InstanceNorm2d).
 usage: python ncu_bwd_s26.py ours|compile N C H W dtype"""
 import sys, torch, torch.nn as nn
 impl, n, c, h, w, dtype = sys.argv[1], *map(int, sys.argv[2:6]), getattr(torch, sys.argv[6])
