@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Prepared in the twenty-third session: the next session's second call.
+#   run(command="bash benchmarks/prototypes/next_s28b.sh VARIANT", timeout_s=600)
+# VARIANT: base, lf, rc or lfr (variants_s27.sh): the full GPU suite on that file, in the device's copy.
+# With base it also runs next_s27b.sh's rows that did not fit in the twenty-third session (the main
+# shape's bf16 backward; fp16; (1,2,4096,4096)) if time is left.
+set -uo pipefail
+START=$SECONDS
+V=${1:-base}
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=16
+if [ "$V" != base ]; then bash benchmarks/prototypes/variants_s27.sh > /dev/null || exit 1; cp /tmp/v/$V/instance_norm.py instance_norm.py; fi
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; md5sum instance_norm.py; } > $OUT/device.txt 2>&1
+timeout 240 python3 -c "import instance_norm; instance_norm.load_extension()" > $OUT/build.txt 2>&1 || { tail -5 $OUT/build.txt; exit 1; }
+echo "built at $((SECONDS - START)) s"
+timeout $((560 - (SECONDS - START))) python3 -m pytest -q tests -p no:cacheprovider > $OUT/pytest_full.txt 2>&1
+echo "pytest rc=$?" >> $OUT/pytest_full.txt; tail -3 $OUT/pytest_full.txt
+echo "suite done at $((SECONDS - START)) s"
