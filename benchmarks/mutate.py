@@ -24,8 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MUTANTS = {
     "variance_normalizer": (
         "variance divided by M - 1 instead of M",
-        "return rsqrt(total.m2 / static_cast<acc_t>(p.instance_size) + p.eps);",
-        "return rsqrt(total.m2 / static_cast<acc_t>(p.instance_size - 1) + p.eps);",
+        "return rsqrt(divide_by_count(total.m2, static_cast<acc_t>(p.instance_size)) + p.eps);",
+        "return rsqrt(divide_by_count(total.m2, static_cast<acc_t>(p.instance_size - 1)) + p.eps);",
     ),
     "affine_channel_index": (
         "weight and bias of the next channel",
@@ -40,13 +40,15 @@ MUTANTS = {
     ),
     "missing_barrier": (
         "no barrier between the warp partials' writes and warp 0's reads in cta_reduce",
-        "  if (lane == 0) warp_partials[warp] = s;\n  __syncthreads();\n  if (warp == 0) s = warp_reduce(lane < kThreads / kWarpSize",
-        "  if (lane == 0) warp_partials[warp] = s;\n  if (warp == 0) s = warp_reduce(lane < kThreads / kWarpSize",
+        "  if (lane == 0) warp_partials[warp] = s;\n  __syncthreads();\n  if (warp == 0) {\n"
+        "    s = warp_reduce<kEqual>(lane < kThreads / kWarpSize",
+        "  if (lane == 0) warp_partials[warp] = s;\n  if (warp == 0) {\n"
+        "    s = warp_reduce<kEqual>(lane < kThreads / kWarpSize",
     ),
     "gradient_term": (
         "the x_hat term of dx misses one rstd factor",
-        "-c1 * known.rstd * known.rstd * total.b * inv_m, known.shift};",
-        "-c1 * known.rstd * total.b * inv_m, known.shift};",
+        "-c1 * known.rstd * sum_g_xhat * inv_m, known.shift};",
+        "-c1 * sum_g_xhat * inv_m, known.shift};",
     ),
     "activation_gradient": (
         "the backward ignores the activation's derivative (dx as if no activation)",
@@ -61,9 +63,9 @@ MUTANTS = {
     "cluster_exchange": (
         "a stream CTA merges only its own partial, not its peers'",
         "u.bits = lane < g.cluster_size ? slots[slot][lane] : make_uint4(0, 0, 0, 0);\n"
-        "    return warp_reduce(lane < g.cluster_size ? u.partial : P{});",
+        "    return warp_reduce(lane < g.cluster_size ? u.partial : P{}, g.cluster_size);",
         "u.bits = lane == g.rank ? slots[slot][lane] : make_uint4(0, 0, 0, 0);\n"
-        "    return warp_reduce(lane == g.rank ? u.partial : P{});",
+        "    return warp_reduce(lane == g.rank ? u.partial : P{}, g.cluster_size);",
     ),
 }
 

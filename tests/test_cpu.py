@@ -341,3 +341,17 @@ def test_benchmark_scripts_compile(script):
     path = os.path.join(ROOT, "benchmarks", script)
     with open(path) as f:
         compile(f.read(), path, "exec")
+
+
+def test_mutation_targets_exist(source_text):
+    """benchmarks/mutate.py plants each bug by replacing a text that must occur once in instance_norm.py; a
+    kernel edit that rewrites such a line leaves the mutant unbuildable (mutate.py stops) without anyone
+    noticing until the tool runs on a GPU: four of its eight targets had gone stale by the twenty-third
+    session. This keeps them in step with the source."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("mutate_targets", os.path.join(ROOT, "benchmarks", "mutate.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name, (what, old, new) in module.MUTANTS.items():
+        assert source_text.count(old) == 1, f"{name} ({what}): its text occurs {source_text.count(old)} times"
+        assert old != new, name
