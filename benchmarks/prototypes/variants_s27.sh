@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# The twenty-third session's variants of instance_norm.py, made in /tmp/v/{lf,rc,lfr} from the repository's
-# patches (run from the repository root).
+# The twenty-third session's variants of instance_norm.py, made in /tmp/v/<name> from the repository's
+# patches (run from the repository root):
+#   lf    loads_first_s26.patch             the backward's data loads before its per-instance prologue
+#   pk    packed_regs_s27.patch             the register path's backward keeps packed words, not floats,
+#                                           live across the reduction (bf16 K=4: 99 -> 64 registers)
+#   lfpk  lf + packed_regs_after_lf_s27.patch
+#   rc    recip_s27.patch                   instance_size and 1 / instance_size from the host (Params)
+#   lfr   lf + recip_s27.patch
 set -euo pipefail
 rm -rf /tmp/v && mkdir -p /tmp/v
-for v in lf rc lfr; do
+P="$PWD/benchmarks/prototypes"
+for v in lf pk lfpk rc lfr; do
   mkdir -p /tmp/v/$v && cp instance_norm.py /tmp/v/$v/
   ( cd /tmp/v/$v && git init -q
     case $v in
-      lf) git apply "$OLDPWD/benchmarks/prototypes/loads_first_s26.patch" ;;
-      rc) git apply "$OLDPWD/benchmarks/prototypes/recip_s27.patch" ;;
-      lfr) git apply "$OLDPWD/benchmarks/prototypes/loads_first_s26.patch" && git apply "$OLDPWD/benchmarks/prototypes/recip_s27.patch" ;;
+      lf) git apply "$P/loads_first_s26.patch" ;;
+      pk) git apply "$P/packed_regs_s27.patch" ;;
+      lfpk) git apply "$P/loads_first_s26.patch" && git apply "$P/packed_regs_after_lf_s27.patch" ;;
+      rc) git apply "$P/recip_s27.patch" ;;
+      lfr) git apply "$P/loads_first_s26.patch" && git apply "$P/recip_s27.patch" ;;
     esac )
 done
 md5sum /tmp/v/*/instance_norm.py
