@@ -54,7 +54,9 @@ for text in a.shapes.split(","):
             for rnd in range(a.rounds):
                 floor.append(bench(lambda: torch.add(x0, dy, out=out)) if "train" in case or case.startswith("bwd")
                              else bench(lambda: out.copy_(x0)))
-                for name, m in mods:
+                # The builds' order rotates by round (twenty-third session's review: a fixed order lets a
+                # position bias read as a consistent difference).
+                for name, m in mods[rnd % len(mods):] + mods[:rnd % len(mods)]:
                     if case == "fwd":
                         norm = m.ModelNew(shape[1]).cuda()
                         def fn():
@@ -112,7 +114,7 @@ for text in a.shapes.split(","):
                 cells.append(f"{name} {db:.2f}/{gr:.2f}")
             rel = " ".join(f"{n}/{base} {statistics.median(r[0] for r in res[n]) / statistics.median(r[0] for r in res[base]):.3f}/"
                            f"{statistics.median(r[1] for r in res[n]) / statistics.median(r[1] for r in res[base]):.3f}" for n, _ in mods[1:])
-            spread = " ".join(f"{n}:[" + ",".join(f"{r[0]:.1f}/{r[1]:.1f}" for r in res[n]) + "]" for n, _ in mods)
+            spread = " ".join(f"{n}:[" + ",".join(f"{r[0]:.2f}/{r[1]:.2f}" for r in res[n]) + "]" for n, _ in mods)
             print(f"{case} {dtype} {a.layout} {text} floor {statistics.median(floor):.2f} | " + " | ".join(cells) + f" | {rel} || {spread}", flush=True)
         del x0, dy, out
         torch.cuda.empty_cache()
