@@ -4,7 +4,7 @@
 #   lf    loads_first_s26.patch             the backward's data loads before its per-instance prologue
 #   pk    packed_regs_s27.patch             the register path's backward keeps packed words, not floats,
 #                                           live across the reduction (bf16 K=4: 99 -> 64 registers)
-#   lfpk  lf + packed_regs_after_lf_s27.patch
+#   lfpk  lf + packed_regs_s27.patch (applied with one line of context: lf moves the lines around it)
 #   rc    recip_s27.patch                   instance_size and 1 / instance_size from the host (Params)
 #   lfr   lf + recip_s27.patch
 set -euo pipefail
@@ -16,7 +16,7 @@ for v in lf pk lfpk rc lfr; do
     case $v in
       lf) git apply "$P/loads_first_s26.patch" ;;
       pk) git apply "$P/packed_regs_s27.patch" ;;
-      lfpk) git apply "$P/loads_first_s26.patch" && git apply "$P/packed_regs_after_lf_s27.patch" ;;
+      lfpk) git apply "$P/loads_first_s26.patch" && git apply -C1 "$P/packed_regs_s27.patch" ;;
       rc) git apply "$P/recip_s27.patch" ;;
       lfr) git apply "$P/loads_first_s26.patch" && git apply "$P/recip_s27.patch" ;;
     esac )
