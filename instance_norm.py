@@ -1234,7 +1234,12 @@ struct Backward {
 
   __device__ static const T* input(const Params<T>& p, int t) { return t == 0 ? p.x : p.dy; }
   __device__ static Known known(const Params<T>& p, int64_t instance) {
-    const int64_t channel = instance % p.channels;
+    // With saved statistics and no activation the channel (a 64-bit modulo) is computed after the
+    // statistics' loads are issued, and only for affine parameters (the plain backward reads nothing per
+    // channel). Kernels with an activation or running statistics keep the earlier order: their SASS is
+    // unchanged since the twenty-third session (sass_cmp_s25.py), see onchip_kernel.
+    constexpr bool kChannelFirst = Epi::kActive || kSource == Source::kRunning;
+    int64_t channel = kChannelFirst ? instance % p.channels : 0;
     acc_t mean, rstd;
     if constexpr (kSource == Source::kRunning) {
       const acc_t var = channel_value(p.running_var, channel, acc_t(1));
@@ -1243,6 +1248,9 @@ struct Backward {
     } else {
       mean = p.stats[instance];
       rstd = p.stats[p.num_instances + instance];
+    }
+    if constexpr (!kChannelFirst) {
+      channel = p.weight.data != nullptr || p.bias.data != nullptr ? instance % p.channels : 0;
     }
     return {mean, rstd, channel_value(p.weight, channel, acc_t(1)) * rstd, channel_value(p.bias, channel, acc_t(0)),
             p.act};
@@ -1566,6 +1574,15 @@ constexpr int onchip_register_values() {
   }
 }
 
+// Emits no instruction: an empty asm that claims to rewrite the thread's packed 16-byte words. Placed
+// after the 16-bit backward's reduction, it keeps ptxas from carrying the 8 floats unpacked from each
+// word across the reduction for the store's second use (bf16 K=4 took 99 registers that way, 64 with
+// this, ptxas -v); the store unpacks again and recomputes x - mean. It rests on ptxas not merging the
+// two unpackings by itself, so benchmarks/ptxas_regs.py is the check after a compiler change.
+__device__ __forceinline__ void keep_packed(uint4& u) {
+  asm volatile("" : "+r"(u.x), "+r"(u.y), "+r"(u.z), "+r"(u.w));
+}
+
 template <class Op, class Addr, int K>
 __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename Op::T> p, OnchipShape shape) {
   // The whole-group test reads only launch parameters, so it is uniform over the grid. What rests on
@@ -1594,7 +1611,15 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
   const int64_t safe = active ? instance : 0;
   const int64_t start = Addr::base(safe, p.instance_size);
   const int stride = G * kVec;
-  const typename Op::Known known = Op::known(p, safe);
+  // What the instance's coefficients need besides its data (the backward: the channel, a 64-bit modulo,
+  // the saved statistics and the affine parameters; about 100 instructions) is computed after the data
+  // loads are issued, so that it overlaps them instead of delaying them.
+  // Kernels with an activation keep the coefficients first: there the move changed ptxas's allocation
+  // (float32 K=4: 92 -> 64 registers) and cost their training steps up to 1.12x in graph replay (bf16
+  // (8,512,32,32) gelu; float32 (1,16,64,64) gelu 1.06x; twenty-fourth session). Their SASS is unchanged.
+  constexpr bool kKnownAfterLoads = !Op::Epilogue::kActive;
+  typename Op::Known known{};
+  if constexpr (!kKnownAfterLoads) known = Op::known(p, safe);
 
   SharedVectors held[Op::kInputs];
 #pragma unroll
@@ -1613,9 +1638,17 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
 #pragma unroll
         for (int k = 0; k < K; ++k) regs[t][k] = active ? src[k * G] : make_uint4(0, 0, 0, 0);
       }
+      if constexpr (kKnownAfterLoads) known = Op::known(p, safe);
       s = Op::template thread_partial<K, true>(regs, 0, stride, 0, 0, known);
       s = instance_reduce<true>(s, warp_partials, &cta_partial, G, group, 1);
       if (active) {
+        if constexpr (Op::kInputs == 2 && sizeof(T) < 4) {
+#pragma unroll
+          for (int t = 0; t < Op::kInputs; ++t) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) keep_packed(regs[t][k]);
+          }
+        }
         const typename Op::Coef c = Op::coef(p, safe, s, known);
         store_whole<Op, K, false, true>(p, regs, p.out + mine, residual_at<Op>(p, mine), 0, stride, 0, 0, c);
       }
@@ -1624,6 +1657,7 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
       for (int t = 0; t < Op::kInputs; ++t) {
         copy_all_vectors_async<T, K>(held[t].address, Op::input(p, t) + mine, stride, active);
       }
+      if constexpr (kKnownAfterLoads) known = Op::known(p, safe);
       wait_async_copies();
       s = Op::template thread_partial<K, true>(held, 0, stride, 0, 0, known);
       s = instance_reduce<true>(s, warp_partials, &cta_partial, G, group, 1);
@@ -1655,6 +1689,7 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
     for (int t = 0; t < Op::kInputs; ++t) {
       copy_whole_vectors_async<T, K>(held[t].address, Op::input(p, t) + mine, 0, stride, lo, hi_mine);
     }
+    if constexpr (kKnownAfterLoads) known = Op::known(p, safe);
     if (boundary_element) s = Op::element_partial(p, start + boundary.at(local), known);  // overlaps the copies
     wait_async_copies();
     s = combine(Op::template thread_partial<K>(held, 0, stride, lo, hi_mine, known), s);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepared in the twenty-third session: the next session's second call.
 #   run(command="bash benchmarks/prototypes/next_s28b.sh VARIANT", timeout_s=600)
-# VARIANT lf, pk, lfpk, rc or lfr (variants_s27.sh): the full GPU suite on that file, in the device's copy (apply
+# VARIANT lf, pk, lfpk, rc, lfr, lfpkna or lfb (variants_s27.sh): the full GPU suite on that file, in the device's copy (apply
 # the patch locally and commit only after it passes). VARIANT base (no winner): the suite already passed on
 # the committed file (twenty-third session, md5 cea54740), so this runs next_s27b.sh's rows that did not
 # fit then instead: bench.py --quick --backward at the main shape in bf16 and fp16, (1,2,4096,4096) in
@@ -9,7 +9,7 @@
 set -uo pipefail
 START=$SECONDS
 V=${1:-base}
-case $V in base|lf|pk|lfpk|rc|lfr) ;; *) echo "unknown variant '$V'"; exit 1 ;; esac
+case $V in base|lf|pk|lfpk|rc|lfr|lfpkna|lfb) ;; *) echo "unknown variant '$V'"; exit 1 ;; esac
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=16
 if [ "$V" = base ]; then exec bash benchmarks/prototypes/next_s27b.sh; fi
 bash benchmarks/prototypes/variants_s27.sh > /dev/null || exit 1

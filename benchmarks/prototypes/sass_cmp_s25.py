@@ -6,7 +6,7 @@ CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia",
 sys.path.insert(0, "benchmarks")  # ptxas_regs.kernel_source
 from ptxas_regs import kernel_source
 def build(path, tag):
-    base = f"/tmp/sass_{tag}"
+    base = f"/tmp/sass_{os.getpid()}_{tag}"  # unique: two comparisons may run at once
     open(base + ".cu", "w").write(kernel_source(path))
     subprocess.run(["/usr/local/cuda/bin/nvcc", "-O3", "-std=c++17", "--expt-relaxed-constexpr", "--diag-suppress=177",
                     "-arch=sm_90", "-cubin", base + ".cu", "-o", base + ".cubin"], check=True, capture_output=True)
