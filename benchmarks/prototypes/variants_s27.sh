@@ -11,6 +11,9 @@
 #         (twenty-fourth session: lf cost a float32 gelu training step 6 %)
 #   lfb   lfpkna + act_known_base_s28.patch: Backward::known as before for those kernels and for running
 #         statistics (sass_cmp_s25.py: their SASS is the base's; the other kernels' is lfpkna's)
+# The patches apply to instance_norm.py md5 cea54740 (commit 35d6fa4). Since the twenty-fourth session
+# the product file is lfb, so this script (and next_s28*.sh, which use it) now serve as the record of what
+# ran; to rebuild a variant, start from `git show 35d6fa4:instance_norm.py`.
 set -euo pipefail
 rm -rf /tmp/v && mkdir -p /tmp/v
 P="$PWD/benchmarks/prototypes"
