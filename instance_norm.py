@@ -1236,8 +1236,9 @@ struct Backward {
   __device__ static Known known(const Params<T>& p, int64_t instance) {
     // With saved statistics and no activation the channel (a 64-bit modulo) is computed after the
     // statistics' loads are issued, and only for affine parameters (the plain backward reads nothing per
-    // channel). Kernels with an activation or running statistics keep the earlier order: their SASS is
-    // unchanged since the twenty-third session (sass_cmp_s25.py), see onchip_kernel.
+    // channel). Running statistics need the channel for the statistics themselves, so it comes first
+    // there (for correctness, not only order); kernels with an activation keep the earlier order too: their
+    // SASS is unchanged since the twenty-third session (sass_cmp_s25.py), see onchip_kernel.
     constexpr bool kChannelFirst = Epi::kActive || kSource == Source::kRunning;
     int64_t channel = kChannelFirst ? instance % p.channels : 0;
     acc_t mean, rstd;
@@ -1554,7 +1555,8 @@ constexpr int kOnchipRegisterValues = 32;
 // bound of 32 for it is untried), where float32's took 0.87-1.00x (call5; relu and silu not timed).
 // ptxas -v, sm_90, nvcc 13.0 (results_h200/regs_s25/ptxas_onchip_backward.txt): fp32 Identity K=8
 // 48 -> 99 registers, Activated K=8 53 -> 128 (the cap of the backward's 512-thread launch bound: no
-// headroom), K=4 42 -> 58 and 61 -> 92; bf16 Identity K=4 40 -> 99, K=2 40 -> 63. fp32 onchip(8,128) (64x64
+// headroom), K=4 42 -> 58 and 61 -> 92; bf16 Identity K=4 40 -> 99, K=2 40 -> 63 (64 and 44 since
+// keep_packed, twenty-fourth session). fp32 onchip(8,128) (64x64
 // with many instances), where registers now bind at 512 threads an SM against 768 before: training step
 // graph replay 0.96x / 1.02x at (16,256,64,64) / (8,64,64,64), gelu 0.99x / 0.92x (twenty-second session).
 // Capping the registers lost: bf16 K=4 at 64 (96 bytes spilled) 1.13-1.25x, fp32 K=8 at 80 1.02-1.10x.
@@ -1575,10 +1577,12 @@ constexpr int onchip_register_values() {
 }
 
 // Emits no instruction: an empty asm that claims to rewrite the thread's packed 16-byte words. Placed
-// after the 16-bit backward's reduction, it keeps ptxas from carrying the 8 floats unpacked from each
-// word across the reduction for the store's second use (bf16 K=4 took 99 registers that way, 64 with
-// this, ptxas -v); the store unpacks again and recomputes x - mean. It rests on ptxas not merging the
-// two unpackings by itself, so benchmarks/ptxas_regs.py is the check after a compiler change.
+// after the 16-bit backward's reduction, it keeps the compiler from carrying the 8 floats unpacked from
+// each word across the reduction for the store's second use (bf16 K=4 took 97 registers that way with
+// the loads first, 64 with this, ptxas -v); the store unpacks again and recomputes x - mean. It rests on
+// the compiler (NVVM) not merging the two unpackings by itself, so benchmarks/ptxas_regs.py is the check
+// after a compiler change. At K=2 it may cost about 3 % (twenty-fourth session's review: bf16 (1,16,64,64)
+// and (16,256,16,32) against the loads-first build without it; not yet A/B'd on its own).
 __device__ __forceinline__ void keep_packed(uint4& u) {
   asm volatile("" : "+r"(u.x), "+r"(u.y), "+r"(u.z), "+r"(u.w));
 }
@@ -1612,11 +1616,12 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
   const int64_t start = Addr::base(safe, p.instance_size);
   const int stride = G * kVec;
   // What the instance's coefficients need besides its data (the backward: the channel, a 64-bit modulo,
-  // the saved statistics and the affine parameters; about 100 instructions) is computed after the data
+  // the saved statistics and the affine parameters; some 75 instructions) is computed after the data
   // loads are issued, so that it overlaps them instead of delaying them.
   // Kernels with an activation keep the coefficients first: there the move changed ptxas's allocation
-  // (float32 K=4: 92 -> 64 registers) and cost their training steps up to 1.12x in graph replay (bf16
-  // (8,512,32,32) gelu; float32 (1,16,64,64) gelu 1.06x; twenty-fourth session). Their SASS is unchanged.
+  // (float32 K=4 from registers: 92 -> 64; 16-bit K=4 from shared memory: 64 -> 61) and cost their
+  // training steps up to 1.12x in graph replay (bf16 (8,512,32,32) gelu; float32 (1,16,64,64) gelu 1.06x;
+  // twenty-fourth session). Their SASS is unchanged.
   constexpr bool kKnownAfterLoads = !Op::Epilogue::kActive;
   typename Op::Known known{};
   if constexpr (!kKnownAfterLoads) known = Op::known(p, safe);
