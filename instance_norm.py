@@ -1581,8 +1581,8 @@ constexpr int onchip_register_values() {
 // each word across the reduction for the store's second use (bf16 K=4 took 97 registers that way with
 // the loads first, 64 with this, ptxas -v); the store unpacks again and recomputes x - mean. It rests on
 // the compiler (NVVM) not merging the two unpackings by itself, so benchmarks/ptxas_regs.py is the check
-// after a compiler change. At K=2 it may cost about 3 % (twenty-fourth session's review: bf16 (1,16,64,64)
-// and (16,256,16,32) against the loads-first build without it; not yet A/B'd on its own).
+// after a compiler change. Applied at K=2 too: leaving K=2 out read 0.970-1.022 there (two rows slower in
+// every round; twenty-fourth session, benchmarks/NOTES.md).
 __device__ __forceinline__ void keep_packed(uint4& u) {
   asm volatile("" : "+r"(u.x), "+r"(u.y), "+r"(u.z), "+r"(u.w));
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared in the twenty-fourth session (its code review): keep_packed only at K >= 4
+# Ran in the twenty-fourth session (call 7; not kept, NOTES): keep_packed only at K >= 4
 # (prototypes/packed_k4_s29.patch). At K=2 it took bf16 56 -> 44 registers but fp16 40 -> 44, and three
 # K=2 rows of the twenty-fourth session's call 1 ran about 3 % slower with it than without (lfpk/lf: bwd
 # bf16 (1,16,64,64) and (16,256,16,32), bwdaff fp16 (16,256,16,32), every round). A/B the committed file
