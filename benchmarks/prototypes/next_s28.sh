@@ -59,30 +59,7 @@ $AB --cases acttrain --dtypes float32 --shapes 8x512x32x32,1x16x64x64
 $AB --cases bwd --dtypes float16,bfloat16 --shapes 8x512x32x32 --layout cl  # lf changes the cl backward's known
 } > $OUT/ab.txt 2>&1
 echo "ab done at $((SECONDS - START)) s"
-python3 - <<'PY' | tee $OUT/verdict.txt
-import math, re, os, collections
-rows = collections.defaultdict(list)
-for l in open(os.environ['OUT'] + '/ab.txt'):
-    if ' || ' not in l: continue
-    rounds = {m.group(1): [float(g) for g in re.findall(r'[0-9.]+/([0-9.a-z]+)', m.group(2))]
-              for m in re.finditer(r'(\w+):\[([^\]]*)\]', l.split(' || ')[1])}
-    for m in re.finditer(r'(\w+)/base ([0-9.a-z]+)/([0-9.a-z]+)', l):
-        n, ratio = m.group(1), float(m.group(3))
-        consistent = ratio > 1.02 and min(rounds.get(n, [0])) > max(rounds.get('base', [0]))
-        rows[n].append((ratio, consistent, l.split('|')[0].strip()))
-for n, r in rows.items():
-    v = [x for x, _, _ in r]
-    g = math.exp(sum(map(math.log, v)) / len(v)) if all(x == x for x in v) else float('nan')
-    losses = [t for x, c, t in r if c]
-    win = len(r) == 32 and g <= 0.99 and not losses   # every row (a failed one is nan), no consistent loss
-    h = [x for x, _, t in r if ('bfloat16' in t or 'float16' in t) and x == x]
-    g16 = math.exp(sum(map(math.log, h)) / len(h)) if h else float('nan')
-    print(f'{n}: rows {len(r)} geomean(graph) {g:.3f} (16-bit rows {g16:.3f}) consistent losses {len(losses)} '
-          f'{"WINNER" if win else "no"}; worst ' + '; '.join(f'{x:.3f}{"*" if c else ""} {t}' for x, c, t in sorted(r, reverse=True)[:3]))
-if rows.get('lf') and rows.get('lfpk'):   # the register question: lfpk against lf, row by row
-    for (a, _, t), (b, _, _) in zip(rows['lf'], rows['lfpk']):
-        print(f'  lfpk/lf {b / a:.3f}  {t}')
-PY
+python3 benchmarks/prototypes/ab_verdict.py $OUT/ab.txt --rows 32 --versus lf,lfpk | tee $OUT/verdict.txt
 INSTANCE_NORM_DEPENDENT_LAUNCH=0 timeout 80 python3 benchmarks/prototypes/pdl_ab_s21.py base=instance_norm.py \
   lf=/tmp/v/lf/instance_norm.py lfpk=/tmp/v/lfpk/instance_norm.py --rounds 3 --cases bwd,bwdaff --dtypes bfloat16 \
   --shapes 8x512x32x32 > $OUT/ab_nopdl.txt 2>&1

@@ -24,24 +24,5 @@ $AB --cases bwd,bwdaff,train --dtypes bfloat16,float16,float32 --shapes 8x512x32
 $AB --cases actres --dtypes float32,bfloat16 --shapes 1x16x64x64,8x512x32x32
 } > $OUT/ab.txt 2>&1
 echo "ab done at $((SECONDS - START)) s"
-python3 - <<'PY' | tee $OUT/verdict.txt
-import math, re, os, collections
-rows = collections.defaultdict(list)
-for l in open(os.environ['OUT'] + '/ab.txt'):
-    if ' || ' not in l: continue
-    rounds = {m.group(1): [float(g) for g in re.findall(r'[0-9.]+/([0-9.a-z]+)', m.group(2))]
-              for m in re.finditer(r'(\w+):\[([^\]]*)\]', l.split(' || ')[1])}
-    for m in re.finditer(r'(\w+)/base ([0-9.a-z]+)/([0-9.a-z]+)', l):
-        n, ratio = m.group(1), float(m.group(3))
-        consistent = ratio > 1.02 and min(rounds.get(n, [0])) > max(rounds.get('base', [0]))
-        rows[n].append((ratio, consistent, l.split('|')[0].strip()))
-for n, r in rows.items():
-    v = [x for x, _, _ in r]
-    g = math.exp(sum(map(math.log, v)) / len(v)) if all(x == x for x in v) else float('nan')
-    losses = [t for x, c, t in r if c]
-    print(f'{n}: rows {len(r)} geomean(graph) {g:.3f} consistent losses {len(losses)} '
-          f'{"WINNER" if g <= 0.99 and not losses else "no"}; worst ' + '; '.join(f'{x:.3f}{"*" if c else ""} {t}' for x, c, t in sorted(r, reverse=True)[:4]))
-for (a, _, t), (b, _, _) in zip(rows['lfpk'], rows['lfpkna']):
-    print(f'  base/lfpk/lfpkna 1/{a:.3f}/{b:.3f}  {t}')
-PY
+python3 benchmarks/prototypes/ab_verdict.py $OUT/ab.txt --worst 4 --versus lfpk,lfpkna | tee $OUT/verdict.txt
 echo "done at $((SECONDS - START)) s"

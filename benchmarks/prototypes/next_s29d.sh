@@ -12,18 +12,14 @@
 set -uo pipefail
 START=$SECONDS
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=8
-rm -rf /tmp/v29d && mkdir -p /tmp/v29d/ske && cp instance_norm.py /tmp/v29d/ske/ && (cd /tmp/v29d/ske && git init -q && git apply "$OLDPWD/benchmarks/prototypes/stream_known_early_s29.patch") || exit 1
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; md5sum instance_norm.py /tmp/v29d/ske/instance_norm.py; } > $OUT/device.txt 2>&1
-timeout 300 python3 -c "import importlib.util; s=importlib.util.spec_from_file_location('ske','/tmp/v29d/ske/instance_norm.py'); m=importlib.util.module_from_spec(s); s.loader.exec_module(m); m.load_extension(); print('built')" > $OUT/build_ske.txt 2>&1 &
-timeout 300 python3 -c "import instance_norm; instance_norm.load_extension(); print('built')" > $OUT/build.txt 2>&1
-wait; echo "built at $((SECONDS - START)) s"
-for f in $OUT/build*.txt; do grep -qx built $f || { echo "build failed $f"; tail -5 $f; exit 1; }; done
+bash benchmarks/prototypes/patch_ab_build.sh ske benchmarks/prototypes/stream_known_early_s29.patch || exit 1
+echo "built at $((SECONDS - START)) s"
 python3 -c "
 import torch, instance_norm as m
 for s in [(112,64,512,512), (4,128,128,128), (16,64,256,256), (1,2,4096,4096)]:
     for d in (torch.float32, torch.bfloat16):
         print(s, d, 'backward', m.chosen_plan(torch.empty(s, device='cuda', dtype=d), backward=True))
 " > $OUT/plans.txt 2>&1; cat $OUT/plans.txt
-timeout $((560 - (SECONDS - START))) python3 benchmarks/prototypes/pdl_ab_s21.py base=instance_norm.py ske=/tmp/v29d/ske/instance_norm.py \
+timeout $((560 - (SECONDS - START))) python3 benchmarks/prototypes/pdl_ab_s21.py base=instance_norm.py ske=/tmp/vab/ske/instance_norm.py \
   --rounds 5 --cases bwd,bwdaff,train --dtypes float32,bfloat16 --shapes 112x64x512x512,4x128x128x128,16x64x256x256 > $OUT/ab.txt 2>&1
 grep -v "^loaded" $OUT/ab.txt | cut -c1-170; echo "done at $((SECONDS - START)) s"
