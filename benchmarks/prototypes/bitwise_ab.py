@@ -1,0 +1,40 @@
+"""Do two instance_norm.py files give the same bits? (twenty-fifth session; for changes meant to move
+no result, e.g. a host-side reciprocal.) Forward and backward of an affine ModelNew with running
+statistics, and its eval forward, over shapes that reach every regime, float32 / bfloat16 / float16 /
+float64. Usage: python3 bitwise_ab.py A.py B.py  (prints one line per case and a summary)."""
+import sys, importlib.util, torch
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    m.load_extension()
+    return m
+
+a, b = load(sys.argv[1], "bw_a"), load(sys.argv[2], "bw_b")
+shapes = [(8, 512, 32, 32), (64, 256, 7, 7), (3, 5, 127, 129), (1, 16, 64, 64), (4, 128, 128, 128),
+          (16, 64, 256, 256), (1, 2, 1024, 2048), (2, 3, 1, 1000003), (5, 7, 3, 3)]
+bad = 0
+for shape in shapes:
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        for cl in (False, True):
+            x = torch.randn(shape, device="cuda", dtype=dtype) * 3 + 1
+            if cl:
+                x = x.to(memory_format=torch.channels_last)
+            dy = torch.randn_like(x)
+            outs = []
+            for m in (a, b):
+                mod = m.ModelNew(shape[1], affine=True, track_running_stats=True).cuda()
+                with torch.no_grad():
+                    mod.weight.copy_(torch.linspace(0.5, 1.5, shape[1]))
+                    mod.bias.copy_(torch.linspace(-1, 1, shape[1]))
+                xi = x.clone().requires_grad_(True)
+                y = mod(xi)
+                y.backward(dy)
+                mod.eval()
+                ye = mod(x)
+                outs.append([y.detach(), xi.grad, mod.weight.grad, mod.bias.grad, ye, mod.running_mean, mod.running_var])
+            same = all(torch.equal(p, q) for p, q in zip(*outs))
+            bad += not same
+            print(shape, dtype, "cl" if cl else "", "same" if same else "DIFFERENT")
+print("bitwise:", "all same" if bad == 0 else f"{bad} cases differ")
