@@ -2342,10 +2342,10 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
   // Takes instance `iteration` out of its buffer into registers and sends the CTA's partial.
   auto take = [&](int64_t iteration, uint4 (&held)[kIn][V], Known& known) {
     const int stage = static_cast<int>(iteration % stages);
-    // Running ahead, the coefficients (the backward's saved statistics: global loads, independent of the
-    // slice) are asked for before the wait on the slice's copy, so that their latency overlaps it. Not
-    // otherwise: there (float32 K=8, the main shape's backward) it cost 7 %: 6258 -> 6700 us (NOTES.md,
-    // twenty-fifth session).
+    // Running ahead, the coefficients (the backward's saved statistics, and weight and bias when affine:
+    // global loads, independent of the slice) are asked for before the wait on the slice's copy, so that
+    // their latency overlaps it. Not otherwise: there (float32 K=8, the main shape's backward) it cost
+    // 8.7 % in graph replay, 6262 -> 6804 us (benchmarks/NOTES.md, twenty-fifth session).
     if constexpr (kAhead) known = Op::known(p, instance_of(iteration));
     pipe.wait(stage, static_cast<unsigned>((iteration / stages) & 1));
 #pragma unroll

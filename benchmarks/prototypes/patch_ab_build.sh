@@ -6,9 +6,11 @@
 # fails. Run from the repository root:
 #   bash benchmarks/prototypes/patch_ab_build.sh NAME PATCH [NAME2 PATCH2 ...]
 set -uo pipefail
+[ $# -ge 2 ] && [ $(($# % 2)) -eq 0 ] || { echo "usage: patch_ab_build.sh NAME PATCH [NAME2 PATCH2 ...]"; exit 1; }
 NAMES=()
 while [ $# -ge 2 ]; do
   NAME=$1 PATCH=$(realpath "$2"); shift 2
+  [ -n "$NAME" ] || { echo "empty NAME"; exit 1; }
   rm -rf /tmp/vab/$NAME && mkdir -p /tmp/vab/$NAME && cp instance_norm.py /tmp/vab/$NAME/ || exit 1
   (cd /tmp/vab/$NAME && git init -q && git apply "$PATCH") || { echo "$PATCH does not apply"; exit 1; }
   NAMES+=("$NAME")
