@@ -3,7 +3,7 @@
 # in Params) lost 1.5 % at the main float32 backward (6239 -> 6339 us graph, s29/call4) while gaining
 # 0.989 at small shapes. rcl (params_layout_s30.patch) adds rc's two Params fields and fills them but
 # no kernel reads them: locally 256 of 261 kernels' SASS differ (constant-bank offsets), the float32 K=8
-# stream backward keeps its instruction count (2224). If rcl loses like rc, the loss is the layout, not
+# stream backward keeps its length (2224 SASS instructions, NOPs included). If rcl loses like rc, the loss is the layout, not
 # the reciprocal. Run after next_s30.sh (rebase the patches if ei landed). 5 rounds.
 #   run(command="bash benchmarks/prototypes/next_s30c.sh", timeout_s=600)
 set -uo pipefail
