@@ -60,6 +60,11 @@ MUTANTS = {
         "          for (int j = 0; j < kVec; ++j) out[j] += Elem<T>::get(r, j);",
         "          for (int j = 0; j < kVec; ++j) out[j] += 0;",
     ),
+    "early_refill_race": (
+        "the float32 stream backward refills its buffer before every thread has read its slice",
+        "      __syncthreads();  // every thread's slice read\n",
+        "",
+    ),
     "cluster_exchange": (
         "a stream CTA merges only its own partial, not its peers'",
         "u.bits = lane < g.cluster_size ? slots[slot][lane] : make_uint4(0, 0, 0, 0);\n"
@@ -92,7 +97,7 @@ def build(folder, env):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="", help="comma list of mutant names")
-    parser.add_argument("--tests", default="tests/test_gpu.py,tests/test_training.py",
+    parser.add_argument("--tests", default="tests/test_gpu.py,tests/test_training.py,tests/test_epilogue.py",
                         help="comma list of test files (the kernels are what is mutated)")
     parser.add_argument("--pytest-args", default="-x -q -p no:cacheprovider")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
