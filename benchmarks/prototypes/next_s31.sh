@@ -12,7 +12,7 @@ START=$SECONDS
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=8
 bash benchmarks/prototypes/patch_ab_build.sh rc benchmarks/prototypes/host_reciprocal_s29.patch || exit 1
 echo "built at $((SECONDS - START)) s"
-timeout 90 python3 benchmarks/prototypes/bitwise_ab.py instance_norm.py /tmp/vab/rc/instance_norm.py > $OUT/bitwise.txt 2>&1
+timeout 150 python3 benchmarks/prototypes/bitwise_ab.py instance_norm.py /tmp/vab/rc/instance_norm.py > $OUT/bitwise.txt 2>&1
 tail -1 $OUT/bitwise.txt; echo "bitwise at $((SECONDS - START)) s"
 AB="base=instance_norm.py rc=/tmp/vab/rc/instance_norm.py --rounds 3"
 timeout 150 python3 benchmarks/prototypes/pdl_ab_s21.py $AB --cases fwd,bwd,bwdaff,train --dtypes float32,bfloat16 \
