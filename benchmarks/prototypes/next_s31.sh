@@ -5,8 +5,8 @@
 # eif landed. Its twenty-fifth-session loss at the main float32 backward (6239 -> 6339 us graph) is gone
 # there: s30/call6, 5 rounds, 5812 -> 5811 graph; 11 small rows geomean 0.985, 16-bit 0.973, rcl (the
 # layout alone) 1.001. This call: same bits (bitwise_ab.py), then the twenty-fifth session's 45 small rows
-# and the main shape's rows, 3 rounds, and the verdict. When rc wins: next_s31b.sh (the suite and the
-# two mutants whose text rc rewrites, with mutate_rc_s31.patch).
+# and the main shape's rows, 3 rounds, and the verdict. When rc wins: next_s31b.sh (the suite on the
+# session's winners and the mutants whose code they touch; rc with mutate_rc_s31.patch).
 set -uo pipefail
 START=$SECONDS
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=8
