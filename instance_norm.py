@@ -2363,6 +2363,11 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
       __syncthreads();  // every thread's slice read
       if (threadIdx.x == 0) issue(iteration + stages);
     }
+    if constexpr (!kAhead && !kEarly) {
+      // The refill below (after the reduction's barriers) writes through the async proxy what this
+      // thread has just read: the proxy fence orders the reads before it, as the PTX memory model asks.
+      async_proxy_fence();
+    }
     if constexpr (!kAhead) known = Op::known(p, instance_of(iteration));
     const Partial t = Op::template thread_partial<V>(held, first, stride, 0, g.count, known);
     // An even slice gives every thread as many whole vectors: equal counts, the cheap merge.
