@@ -152,6 +152,14 @@ inline constexpr int kStreamVectors = 8;         // a stream CTA's slice is up t
 // The backward's run-ahead stream plans: 4 vectors per thread and tensor, so that x and dy of two
 // instances fit the registers one instance of 8 takes (the forward's run-ahead holds 2 x 8 of x).
 inline constexpr int kStreamAheadVectors = 4;
+// The forward's wide stream plans: 16 vectors a thread, the registers the backward's x and dy take at
+// K = 8, so that a slice twice as large halves the cluster: a float32 instance of 512 x 512 spans 8
+// CTAs instead of 16 (16 clusters resident on the H200's 132 SMs instead of 7). They do not run ahead
+// (stream_kernel's kAhead). Candidates only, the heuristic does not pick them yet (tune.py, H200,
+// benchmarks/NOTES.md, twenty-seventh session): the main float32 shape took 3.97 ms on stream(CS=8,S=1,
+// K=16) against 3.83 on stream(CS=16,S=3); some few-instance shapes gained 5-26 % in graph replay
+// (bf16 (2,8,384,384) 10.5 -> 7.9 us), others lost 11-15 % ((4,8,512,512) in both types).
+inline constexpr int kStreamWideVectors = 16;
 inline constexpr int kStreamMaxStages = 4;
 inline constexpr int kChunkThreads = 512;        // multi_cta: a chunk is 512 threads x 8 vectors
 inline constexpr int kChunkVectorsPerThread = 8;
@@ -2350,8 +2358,8 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
     pipe.wait(stage, static_cast<unsigned>((iteration / stages) & 1));
 #pragma unroll
     for (int t = 0; t < kIn; ++t) load_slice<V>(held[t], pipe.slice(stage, t), g.vectors);
-    // Not running ahead, in float32 (the main shape's backward, stream(CS=16,S=1): one stage), the buffer
-    // is refilled as soon as every thread has read its slice, so that the next copy runs during the sums,
+    // Not running ahead, in float32 (the main shape's backward, stream(CS=16,S=1): one stage; the
+    // forward's wide plans, K = 16), the buffer is refilled as soon as every thread has read its slice, so that the next copy runs during the sums,
     // the CTA's reduction and the cluster's exchange: 6281 -> 5847 us in graph replay (floor 5134,
     // twenty-sixth session). The reads may not have landed in registers yet (nothing has used them):
     // each thread orders them before the copy's async-proxy writes, then the barrier. The 16-bit K=8
@@ -3035,6 +3043,10 @@ const void* typed_kernel_for(const Plan& plan) {
           if (plan.vectors == kStreamAheadVectors) {
             return reinterpret_cast<const void*>(&stream_kernel<Op, Spans, kStreamAheadVectors>);
           }
+        } else {
+          if (plan.vectors == kStreamWideVectors) {
+            return reinterpret_cast<const void*>(&stream_kernel<Op, Spans, kStreamWideVectors>);
+          }
         }
         return nullptr;
       case Regime::kOnchip:
@@ -3630,6 +3642,7 @@ int64_t stream_smem(const Plan& plan, int64_t slice_vectors, Direction direction
 // A run-ahead plan's buffers hold an input and, later, the output: it needs two (the forward's
 // plans, and the backward's with kStreamAheadVectors).
 int min_stages(Direction direction, int vectors = kStreamVectors) {
+  if (vectors == kStreamWideVectors) return 1;  // not running ahead: the buffer holds the input only
   return direction == Direction::kForward || vectors == kStreamAheadVectors ? 2 : 1;
 }
 
@@ -3690,9 +3703,11 @@ std::string malformed(DType dtype, Direction direction, const Plan& plan) {
       if (dtype == DType::kDouble) return "float64 runs only the multi_cta plan";
       if (plan.threads != kStreamThreads ||
           !(plan.vectors == kStreamVectors ||
-            (plan.vectors == kStreamAheadVectors && direction == Direction::kBackward))) {
+            (plan.vectors == kStreamAheadVectors && direction == Direction::kBackward) ||
+            (plan.vectors == kStreamWideVectors && direction == Direction::kForward))) {
         return "a stream plan has threads=" + std::to_string(kStreamThreads) + " and vectors=" +
-               std::to_string(kStreamVectors) + " (the backward also " + std::to_string(kStreamAheadVectors) + ")";
+               std::to_string(kStreamVectors) + " (the backward also " + std::to_string(kStreamAheadVectors) +
+               ", the forward also " + std::to_string(kStreamWideVectors) + ")";
       }
       if (!one_of(plan.cluster, kStreamClusterChoices)) return "a stream plan's cluster must be 2, 4, 8 or 16";
       if (plan.stages < min_stages(direction, plan.vectors) || plan.stages > kStreamMaxStages) {
@@ -3795,6 +3810,7 @@ std::vector<Plan> candidates(DType dtype, Direction direction, const Shape& shap
     for (int s = 1; s <= kStreamMaxStages; ++s) {
       all.push_back(Plan::stream(cs, s));
       if (direction == Direction::kBackward) all.push_back(Plan::stream(cs, s, kStreamAheadVectors));
+      if (direction == Direction::kForward) all.push_back(Plan::stream(cs, s, kStreamWideVectors));
     }
   }
   const int64_t slots = vector_slots(instance_size, vector_width(dtype));
@@ -5175,7 +5191,8 @@ class Plan(NamedTuple):
     @classmethod
     def stream(cls, cluster, stages, vectors=8):
         """Sm_90 clusters streaming slices; ``vectors`` 4 (backward only): x and dy of the next
-        instance held too, so that its partial goes out a whole instance ahead."""
+        instance held too, so that its partial goes out a whole instance ahead; 16 (forward only):
+        slices twice as large, half the cluster."""
         return cls("stream", vectors, 512, cluster, stages)
 
     @classmethod

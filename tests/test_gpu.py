@@ -454,6 +454,32 @@ def test_plan_stream_ahead_backward(inorm, ops, rng, dtype, cluster):
         assert inorm.plan_refusal(x, plan, backward=True) != ""
 
 
+@pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
+@pytest.mark.parametrize("cluster", [2, 4, 8, 16])
+def test_plan_stream_wide_forward(inorm, ops, rng, dtype, cluster):
+    """The forward's wide stream plans (16 vectors a thread; not running ahead, so the output goes
+    straight from registers and the buffer is refilled while the instance is reduced) at every cluster
+    size and depth: slices filled partly, wholly and barely, more instances than resident clusters,
+    against the float64 reference. The backward has no K=16 plan; instances past the capacity are
+    refused."""
+    if not has_clusters():
+        pytest.skip("the stream kernel needs sm_90+")
+    vec = 16 // dtype.itemsize
+    for stages in (1, 2, 3, 4):
+        plan = inorm.Plan.stream(cluster, stages, 16)
+        assert plan_capacity(plan, dtype, backward=True) == 0, f"{plan}: the backward has no K=16 plan"
+        top = plan_capacity(plan, dtype)
+        assert top > 0, f"{plan} refused"
+        capacity = top // vec
+        assert capacity <= 16 * 512 * cluster, f"{plan}: capacity {capacity} vectors"
+        for x, weight, bias in stream_fills(capacity, dtype, rng, 48 << 20):
+            check_plan(ops, x, weight, bias, 1e-5, plan, f"plan={plan} {dtype} shape={tuple(x.shape)}")
+        x = make_input((1, 2) + split_hw((capacity + 1) * vec, rng), dtype, rng)
+        assert inorm.plan_refusal(x, plan) != ""
+        with pytest.raises(RuntimeError):
+            run_ops(ops, x, None, None, 1e-5, plan)
+
+
 def test_plan_float64_only_multi_cta(ops, rng):
     x = make_input((2, 3, 5, 7), torch.float64, rng)
     for plan in [("onchip", 2, 32, 1, 0), ("onchip", 8, 256, 1, 0), ("cluster", 2, 128, 2, 0), ("stream", 8, 512, 2, 2),
