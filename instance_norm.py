@@ -2359,12 +2359,13 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
 #pragma unroll
     for (int t = 0; t < kIn; ++t) load_slice<V>(held[t], pipe.slice(stage, t), g.vectors);
     // Not running ahead, in float32 (the main shape's backward, stream(CS=16,S=1): one stage; the
-    // forward's wide plans, K = 16), the buffer is refilled as soon as every thread has read its slice, so that the next copy runs during the sums,
-    // the CTA's reduction and the cluster's exchange: 6281 -> 5847 us in graph replay (floor 5134,
-    // twenty-sixth session). The reads may not have landed in registers yet (nothing has used them):
-    // each thread orders them before the copy's async-proxy writes, then the barrier. The 16-bit K=8
-    // plans (small shapes, few instances per cluster) lost 2-7 % to the barrier, also when it was taken
-    // only where a refill follows: they refill after the reduction, whose barriers order the reads.
+    // forward's wide plans, K = 16), the buffer is refilled as soon as every thread has read its slice,
+    // so that the next copy runs during the sums, the CTA's reduction and the cluster's exchange:
+    // 6281 -> 5847 us in graph replay (floor 5134, twenty-sixth session). The reads may not have landed
+    // in registers yet (nothing has used them): each thread orders them before the copy's async-proxy
+    // writes, then the barrier. The 16-bit K=8 plans (small shapes, few instances per cluster) lost 2-7 %
+    // to the barrier, also when it was taken only where a refill follows: they refill after the
+    // reduction (below).
     constexpr bool kEarly = !kAhead && sizeof(T) == 4;
     if constexpr (kEarly) {
       async_proxy_fence();
