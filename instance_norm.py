@@ -43,7 +43,10 @@ stream (sm_90)    one to 16 CTAs' worth, bytes a   a persistent grid of clusters
                                                    first tries half slices (4 vectors a thread,
                                                    twice the CTAs): x and dy of the next instance
                                                    then fit beside this one's, and its partials
-                                                   go out a whole instance ahead
+                                                   go out a whole instance ahead. The forward's
+                                                   wide plans (16 vectors a thread, half the
+                                                   cluster) are candidates only: 4 % slower at
+                                                   the main shape, mixed at few instances
 cluster (sm_90)   up to 4 CTAs' worth that the     8 CTAs per instance exchanging partials
                   stream kernel refuses (bytes     through distributed shared memory; also
                   not a multiple of 16); a         few instances (one per 8 SMs or fewer) of
