@@ -161,7 +161,7 @@ inline constexpr int kStreamAheadVectors = 4;
 // (stream_kernel's kAhead). Candidates only, the heuristic does not pick them yet (tune.py, H200,
 // benchmarks/NOTES.md, twenty-seventh session): the main float32 shape took 3.97 ms on stream(CS=8,S=1,
 // K=16) against 3.83 on stream(CS=16,S=3); some few-instance shapes gained 5-26 % in graph replay
-// (bf16 (2,8,384,384) 10.5 -> 7.9 us), others lost 11-15 % ((4,8,512,512) in both types).
+// (bf16 (2,8,384,384) 10.5 -> 7.9 us), others lost 11-16 % ((4,8,512,512) in both types).
 inline constexpr int kStreamWideVectors = 16;
 inline constexpr int kStreamMaxStages = 4;
 inline constexpr int kChunkThreads = 512;        // multi_cta: a chunk is 512 threads x 8 vectors
@@ -215,7 +215,8 @@ enum class Regime : int { kMultiCta = 0, kOnchip = 1, kCluster = 2, kStream = 3,
 
 struct Plan {
   Regime regime;
-  int vectors;  // K: 16-byte vectors per thread (stream: kStreamVectors, or kStreamAheadVectors backward)
+  int vectors;  // K: 16-byte vectors per thread (stream: kStreamVectors, kStreamAheadVectors backward,
+                //    kStreamWideVectors forward)
   int threads;  // G: threads per instance per CTA (stream: fixed, kStreamThreads)
   int cluster;  // CS: CTAs per instance (onchip: 1)
   int stages;   // stream: shared-memory buffers in the ring
@@ -919,7 +920,8 @@ __device__ __forceinline__ void wait_async_copies() { asm volatile("cp.async.wai
 //                                     instance before its reduction, the element map's coefficients
 //   kInputs                           tensors read per element (input(p, t), t < kInputs)
 //   kRunAhead                         stream family: send instance i + 1's partial before receiving
-//                                     i's, output through the copy engine (single-input Ops)
+//                                     i's, output through the copy engine (single-input Ops at
+//                                     K = 8; stream_kernel's kAhead decides where it applies)
 //   kPartials, kCoefKnown             whether there is anything to reduce; whether the coefficients
 //                                     are known before the reduction (running statistics)
 //   kMaxBlock                         the largest onchip CTA
@@ -2094,9 +2096,9 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_apply_kernel(Params<typen
 // barrier: each CTA sends its partial into every peer's shared memory with st.async, which
 // completes on the receiver's mbarrier, and each CTA merges the cluster's partials in rank order,
 // to bitwise the same result. A cluster barrier's release semantics would wait for the thread's
-// outstanding global stores. Single-input Ops run one instance ahead (send i + 1, then receive
-// i) and write their output through the copy engine, so no thread waits on a store; two-input
-// Ops hold twice the registers and store from them.
+// outstanding global stores. Single-input Ops at K = 8 run one instance ahead (send i + 1, then
+// receive i) and write their output through the copy engine, so no thread waits on a store;
+// two-input Ops, and the forward's wide K = 16 plans, hold twice the registers and store from them.
 // =====================================================================================
 
 #if IN_HAS_CLUSTERS
@@ -2368,7 +2370,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
     // in registers yet (nothing has used them): each thread orders them before the copy's async-proxy
     // writes, then the barrier. The 16-bit K=8 plans (small shapes, few instances per cluster) lost 2-7 %
     // to the barrier, also when it was taken only where a refill follows: they refill after the
-    // reduction (below).
+    // reduction (below), and so do the forward's 16-bit K=16 plans (not timed against the early one).
     constexpr bool kEarly = !kAhead && sizeof(T) == 4;
     if constexpr (kEarly) {
       async_proxy_fence();
@@ -3644,7 +3646,7 @@ int64_t stream_smem(const Plan& plan, int64_t slice_vectors, Direction direction
   return int64_t(plan.stages) * inputs_of(direction) * slice_vectors * kVectorBytes;
 }
 // A run-ahead plan's buffers hold an input and, later, the output: it needs two (the forward's
-// plans, and the backward's with kStreamAheadVectors).
+// K = 8 plans, and the backward's with kStreamAheadVectors).
 int min_stages(Direction direction, int vectors = kStreamVectors) {
   if (vectors == kStreamWideVectors) return 1;  // not running ahead: the buffer holds the input only
   return direction == Direction::kForward || vectors == kStreamAheadVectors ? 2 : 1;

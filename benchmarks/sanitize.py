@@ -28,10 +28,13 @@ SHAPES = [(3, 5, 7, 9), (2, 3, 33, 31), (1, 2, 63, 65), (2, 5, 64, 64), (1, 40, 
 
 
 def per_regime(plans):
-    """The first and the last plan of each regime (e.g. the smallest and the largest cluster)."""
+    """The first and the last plan of each regime and K (e.g. the smallest and the largest cluster;
+    the stream family's run-ahead K=8 / K=4 kernels and the forward's wide K=16 ones are different
+    code, so each K keeps its own pair)."""
     chosen = {}
     for plan in plans:
-        chosen.setdefault(plan.regime, []).append(plan)
+        key = (plan.regime, plan.vectors) if plan.regime == "stream" else plan.regime
+        chosen.setdefault(key, []).append(plan)
     return [p for group in chosen.values() for p in dict.fromkeys((group[0], group[-1]))]
 
 

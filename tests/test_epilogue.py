@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from conftest import (ACT_REF, near_kink, as_plan, assert_close_to, assert_matches_eager, assert_stats_close, check_grads,
-                      DTYPES, expect_layout, LAYOUTS, make_input, plan_capacity, poison_allocator, reference,
+                      DTYPES, expect_layout, has_clusters, LAYOUTS, make_input, plan_capacity, poison_allocator, reference,
                       natural_dx, param_terms, REGIMES, rel_err, skip_unsupported_regime, split_hw, whole_vectors,
                       with_layout)
 
@@ -117,6 +117,43 @@ def backward_call(inorm, ops, dy, x, w, b, stats, act, slope, plan):
     if plan is None:
         return ops.backward(dy, x, w, b, stats, ACTS.index(act), slope)
     return inorm.backward_with_plan(dy, x, w, b, stats, as_plan(plan), act=ACTS.index(act), slope=slope)
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_fused_wide_stream_forward(inorm, ops, rng, dtype):
+    """The forward's wide stream plans (K=16; forward only, so check_fused, which runs the backward on
+    the same plan, cannot take them) with a random activation and slope, affine, and a residual in a
+    random layout, against the float64 reference: instances filling a CTA's slice 50-100 %, at the
+    smallest and largest cluster, one stage and two."""
+    if not has_clusters():
+        pytest.skip("the stream kernel needs sm_90+")
+    vec = 16 // dtype.itemsize
+    for cluster in (2, 16):
+        for stages in (1, 2):
+            plan = inorm.Plan.stream(cluster, stages, 16)
+            top = plan_capacity(plan, dtype)
+            assert top > 0, f"{plan} refused"
+            hw = max(vec, rng.randint(top // 2 + 1, top) // vec * vec)
+            shape = (rng.randint(1, 3), rng.randint(1, 5)) + split_hw(hw, rng)
+            act, slope = rng.choice(ACTS), rng.choice(SLOPES)
+            what = f"plan={plan} {dtype} shape={shape} act={act} slope={slope}"
+            x = with_layout(make_input(shape, dtype, rng), rng.choice(LAYOUTS))
+            w, b = affine_params(shape[1], dtype)
+            r = with_layout(torch.randn(shape, device="cuda").mul(rng.uniform(0.3, 3)).to(dtype),
+                            rng.choice(RESIDUAL_LAYOUTS))
+            poison_allocator(x.numel() * x.element_size())
+            y, stats = fused_call(inorm, ops, x, w, b, r, act, slope, plan)
+            assert y.shape == x.shape and y.dtype == dtype, what
+            expect_layout(y, x, plan, what)
+            assert torch.isfinite(y).all(), f"{what}: non-finite output for finite input"
+            y_ref, _, _ = ref_fused(x, w, b, r, act, slope)
+
+            def eager_forward():
+                return eager_act(act, slope)(F.instance_norm(x, weight=w, bias=b, eps=EPS)) + r
+
+            assert_close_to(y, y_ref, dtype, what, eager=eager_forward)
+            assert_stats_close(stats, x, EPS, what)
 
 
 def check_fused(inorm, ops, rng, shape, dtype, act, slope, residual, affine, plan, what):

@@ -458,8 +458,8 @@ def test_plan_stream_ahead_backward(inorm, ops, rng, dtype, cluster):
 @pytest.mark.parametrize("cluster", [2, 4, 8, 16])
 def test_plan_stream_wide_forward(inorm, ops, rng, dtype, cluster):
     """The forward's wide stream plans (16 vectors a thread; not running ahead, so the output goes
-    straight from registers and the buffer is refilled while the instance is reduced) at every cluster
-    size and depth: slices filled partly, wholly and barely, more instances than resident clusters,
+    straight from registers, and in float32 the buffer is refilled while the instance is reduced) at
+    every cluster size and depth: slices filled partly, wholly and barely, more instances than resident clusters,
     against the float64 reference. The backward has no K=16 plan; instances past the capacity are
     refused."""
     if not has_clusters():

@@ -3,7 +3,7 @@
 #   run(command="bash benchmarks/prototypes/next_s32.sh", timeout_s=600)
 # ncu (s31/call7, main float32 backward, stream(CS=16,S=1) K=8): 12.4 % of the stall samples sit on
 # `FADD R3, -R88, R60` (x - mean; long scoreboard: the saved statistics' global load, issued after the
-# barrier that precedes the refill). 19.5 % wait for the slice's copy, about 25 % on register reuse
+# barrier that precedes the refill). 19.5 % wait for the slice's copy, about 24 % on register reuse
 # behind the dx stores (store back-pressure).
 # ke (known_early_s32.patch): the float32 non-run-ahead path asks for the coefficients after reading
 #   its slice and before the fence and barrier, so that the barrier's wait covers their latency.

@@ -4,7 +4,7 @@
 #   run(command="bash benchmarks/prototypes/next_s32b.sh", timeout_s=600)
 # s31/call5 (tune.py --match stream, 13 shapes): in graph replay K=16 gained 5-26 % at (2,8,384,384),
 # (1,16,384,384), fp32 (1,8,512,512), fp32 (8,8,256,256) / (1,64,256,256), bf16 (2,16,320,320), and lost
-# 11-15 % at (4,8,512,512) both types and fp32 (2,16,320,320), and 3-8 % at fp32 (1,3,512,512). No rule
+# 11-16 % at (4,8,512,512) both types and fp32 (2,16,320,320), and 3-8 % at fp32 (1,3,512,512). No rule
 # of waves, vectors a thread or evenness fitted all of them (benchmarks/NOTES.md, twenty-seventh
 # session). This grid: (1, I, S, S) for I in 2..64 instances and S in 256..512, both dtypes, every
 # stream plan's time (tune.py --top 40), graph replay and do_bench.
