@@ -12,20 +12,6 @@
 # Only the float32 K=8 stream backward kernels and the forward's float32 K=16 kernels change.
 # Same bits first; A/B 5 rounds; the verdict. If ke wins: the suite (next_s31b.sh style) and land it.
 set -uo pipefail
-START=$SECONDS
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=8
-bash benchmarks/prototypes/patch_ab_build.sh ke benchmarks/prototypes/known_early_s32.patch \
-  kw benchmarks/prototypes/known_wait_s32.patch || exit 1
-echo "built at $((SECONDS - START)) s"
-for v in ke kw; do
-  timeout 150 python3 benchmarks/prototypes/bitwise_ab.py instance_norm.py /tmp/vab/$v/instance_norm.py > $OUT/bitwise_$v.txt 2>&1
-  echo "$v $(tail -1 $OUT/bitwise_$v.txt)"
-done
-echo "bitwise at $((SECONDS - START)) s"
-timeout $((585 - (SECONDS - START))) python3 benchmarks/prototypes/pdl_ab_s21.py base=instance_norm.py \
-  ke=/tmp/vab/ke/instance_norm.py kw=/tmp/vab/kw/instance_norm.py --rounds 5 --cases bwd,bwdaff,train \
-  --dtypes float32 --shapes 112x64x512x512,8x32x512x512,16x16x448x448,2x8x384x384 > $OUT/ab.txt 2>&1
-grep -v "^loaded" $OUT/ab.txt | cut -c1-170; echo "A/B done at $((SECONDS - START)) s"
-python3 benchmarks/prototypes/ab_verdict.py $OUT/ab.txt --rows 12 --worst 3 | tee $OUT/verdict.txt
-(cd $OUT && tar czf logs.tgz build*.txt device.txt && rm -f build*.txt)
-echo "done at $((SECONDS - START)) s"
+bash benchmarks/prototypes/patch_ab.sh ke benchmarks/prototypes/known_early_s32.patch \
+  kw benchmarks/prototypes/known_wait_s32.patch -- 12 --rounds 5 --cases bwd,bwdaff,train --dtypes float32 \
+  --shapes 112x64x512x512,8x32x512x512,16x16x448x448,2x8x384x384

@@ -9,14 +9,11 @@
 # another split of the reduction), the plans it picks, then A/B: the forward and the
 # fused gelu forward (act) at float32 few-instance shapes, 5 rounds, and the verdict.
 set -uo pipefail
-START=$SECONDS
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=8
-bash benchmarks/prototypes/patch_ab_build.sh wide16 benchmarks/prototypes/wide16_s32.patch || exit 1
-echo "built at $((SECONDS - START)) s"
-timeout 150 python3 benchmarks/prototypes/bitwise_ab.py instance_norm.py /tmp/vab/wide16/instance_norm.py > $OUT/bitwise.txt 2>&1
-tail -1 $OUT/bitwise.txt
 SH=1x8x512x512,2x8x384x384,1x16x384x384,1x12x448x448,1x3x512x512,4x8x512x512,2x4x512x512
-timeout 60 python3 -c "
+bash benchmarks/prototypes/patch_ab.sh wide16 benchmarks/prototypes/wide16_s32.patch -- 14 \
+  --rounds 5 --cases fwd,act --dtypes float32 --shapes $SH
+# The plans it picked (after the A/B, so that a failure here costs no timing).
+PYTHONPATH=$PWD TORCH_EXTENSIONS_DIR=/tmp/ext timeout 60 python3 -c "
 import importlib.util, torch
 s = importlib.util.spec_from_file_location('w', '/tmp/vab/wide16/instance_norm.py'); m = importlib.util.module_from_spec(s); s.loader.exec_module(m)
 for t in '$SH'.split(','):
@@ -24,9 +21,3 @@ for t in '$SH'.split(','):
     for d in (torch.float32, torch.bfloat16):
         print(shape, d, m.chosen_plan(torch.empty(shape, device='cuda', dtype=d)))
 " > $OUT/plans.txt 2>&1; cat $OUT/plans.txt
-timeout $((585 - (SECONDS - START))) python3 benchmarks/prototypes/pdl_ab_s21.py base=instance_norm.py \
-  wide16=/tmp/vab/wide16/instance_norm.py --rounds 5 --cases fwd,act --dtypes float32 --shapes $SH > $OUT/ab.txt 2>&1
-grep -v "^loaded" $OUT/ab.txt | cut -c1-150; echo "A/B done at $((SECONDS - START)) s"
-python3 benchmarks/prototypes/ab_verdict.py $OUT/ab.txt --rows 14 --worst 3 | tee $OUT/verdict.txt
-(cd $OUT && tar czf logs.tgz build*.txt device.txt && rm -f build*.txt)
-echo "done at $((SECONDS - START)) s"
