@@ -2373,6 +2373,13 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
     // reduction (below), and so do the forward's 16-bit K=16 plans (not timed against the early one).
     constexpr bool kEarly = !kAhead && sizeof(T) == 4;
     if constexpr (kEarly) {
+      // Even slices (every thread the same whole vectors; the main shape's): the coefficients' global
+      // loads go out before the fence and the barrier, whose waits then cover their latency. ncu had
+      // 12 % of the main float32 backward's stall samples on their first use (x - mean) when they went
+      // out after the refill: 5851 -> 5776 us in graph replay (floor 5135). Uneven slices (16,16,448,448)
+      // lost 2-4 % to it, and after the fence only (before the barrier) they lost 5 % (twenty-eighth
+      // session, benchmarks/NOTES.md).
+      if (even) known = Op::known(p, instance_of(iteration));
       async_proxy_fence();
       __syncthreads();  // every thread's slice read
       if (threadIdx.x == 0) issue(iteration + stages);
@@ -2382,7 +2389,9 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
       // thread has just read: the proxy fence orders the reads before it, as the PTX memory model asks.
       async_proxy_fence();
     }
-    if constexpr (!kAhead) known = Op::known(p, instance_of(iteration));
+    if constexpr (!kAhead) {
+      if (!kEarly || !even) known = Op::known(p, instance_of(iteration));
+    }
     const Partial t = Op::template thread_partial<V>(held, first, stride, 0, g.count, known);
     // An even slice gives every thread as many whole vectors: equal counts, the cheap merge.
     const Partial s = even ? cta_reduce<Partial, kStreamThreads, true>(t, warp_partials[iteration & 1])

@@ -678,6 +678,23 @@ def test_chosen_plans(inorm):
                                    ((1, 1, 512, 512), torch.bfloat16)):
                 plan = inorm.chosen_plan(torch.empty(shape, device="cuda", dtype=dtype16))
                 assert plan.regime == "stream" and plan.cluster >= 8, f"{shape} {dtype16}: {plan}"
+        if "H200" in torch.cuda.get_device_name():
+            # wide_forward, with the H200's resident clusters (7 of 16 CTAs, 16 of 8, 33 of 4 for these
+            # slices): a small second wave of clusters of 16 (fp32 8 instances), one full wave of
+            # clusters of 8 (bf16 16) and a small second one (bf16 24) take the wide plan; 32 bf16
+            # instances (two full waves; asked after 24: the plan cache tells the counts apart) and 32
+            # fp32 ones (five waves of 16) keep K = 8. The backward has no wide plan.
+            wide8, wide4 = inorm.Plan.stream(8, 1, 16), inorm.Plan.stream(4, 1, 16)
+            for shape, dtype, want in (((1, 8, 512, 512), torch.float32, wide8),
+                                       ((2, 8, 384, 384), torch.bfloat16, wide4),
+                                       ((1, 24, 384, 384), torch.bfloat16, wide4),
+                                       ((1, 32, 384, 384), torch.bfloat16, None),
+                                       ((4, 8, 512, 512), torch.float32, None)):
+                x = torch.empty(shape, device="cuda", dtype=dtype)
+                plan = inorm.chosen_plan(x)
+                assert (plan == want) if want else (plan.regime == "stream" and plan.vectors == 8), \
+                    f"{shape} {dtype}: {plan}"
+                assert inorm.chosen_plan(x, True).vectors != 16, f"{shape} {dtype}: backward"
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         x16 = torch.empty(32, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
         # 96 instances are kUnderSms and 192 and 200 kSome (crowd_of) for 97 <= SMs <= 199; the plans
