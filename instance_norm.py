@@ -45,8 +45,12 @@ stream (sm_90)    one to 16 CTAs' worth, bytes a   a persistent grid of clusters
                                                    then fit beside this one's, and its partials
                                                    go out a whole instance ahead. The forward's
                                                    wide plans (16 vectors a thread, half the
-                                                   cluster) are candidates only: 4 % slower at
-                                                   the main shape, mixed at few instances
+                                                   cluster, one stage) serve up to one instance
+                                                   per SM where the K=8 plan's resident
+                                                   clusters would run one full wave of clusters
+                                                   of 8 or a small second wave (wide_forward):
+                                                   fp32 (1,8,512,512) 0.81x, bf16 (2,8,384,384)
+                                                   0.74x the K=8 plan's time (graph replay)
 cluster (sm_90)   up to 4 CTAs' worth that the     8 CTAs per instance exchanging partials
                   stream kernel refuses (bytes     through distributed shared memory; also
                   not a multiple of 16); a         few instances (one per 8 SMs or fewer) of
@@ -158,10 +162,9 @@ inline constexpr int kStreamAheadVectors = 4;
 // The forward's wide stream plans: 16 vectors a thread, the registers the backward's x and dy take at
 // K = 8, so that a slice twice as large halves the cluster: a float32 instance of 512 x 512 spans 8
 // CTAs instead of 16 (16 clusters resident on the H200's 132 SMs instead of 7). They do not run ahead
-// (stream_kernel's kAhead). Candidates only, the heuristic does not pick them yet (tune.py, H200,
-// benchmarks/NOTES.md, twenty-seventh session): the main float32 shape took 3.97 ms on stream(CS=8,S=1,
-// K=16) against 3.83 on stream(CS=16,S=3); some few-instance shapes gained 5-26 % in graph replay
-// (bf16 (2,8,384,384) 10.5 -> 7.9 us), others lost 11-16 % ((4,8,512,512) in both types).
+// (stream_kernel's kAhead). The main float32 shape took 3.97 ms on stream(CS=8,S=1,K=16) against 3.83
+// on stream(CS=16,S=3) (tune.py, H200, twenty-seventh session); at up to one instance per SM they win
+// where wide_forward picks them, and lose up to 38 % elsewhere (benchmarks/NOTES.md).
 inline constexpr int kStreamWideVectors = 16;
 inline constexpr int kStreamMaxStages = 4;
 inline constexpr int kChunkThreads = 512;        // multi_cta: a chunk is 512 threads x 8 vectors
@@ -4017,6 +4020,38 @@ Plan cluster_split(int k, int64_t threads) {
                          kHeuristicCluster);
 }
 
+// The forward's wide stream plan (K = 16, half the cluster, one stage) in place of choose_forward's
+// K = 8 stream plan with clusters of 8 or 16, for no more instances than SMs, where the K = 8 plan's
+// resident clusters would run them in one full wave (clusters of 8, 95 % or more of them busy; then
+// each instance is a single pass of load, sums and store, and the wide plan's smaller clusters did
+// it faster) or in two waves of which the second is the smaller part (at most 80 % of two waves busy),
+// while the wide plan holds them all in one wave at least 45 % full. Elsewhere the wide plans lost up
+// to 38 % (too few SMs busy in one wave, or in several full waves, without the K = 8 plans' run-ahead
+// stages). H200, tune.py over (1, I, S, S) for I = 2..64, S = 256..512, both dtypes: the 11 shapes
+// this picks gained 5-27 % in graph replay and do_bench, none lost. A/B, graph replay, 5 rounds: fp32
+// (1,8,512,512) 10.43 -> 8.47 us, bf16 (2,8,384,384) 10.15 -> 7.47 us, the fused gelu forward 0.76-0.86x
+// at the picked shapes; 32 rows (8 shapes, 2 unpicked) geomean 0.926, none slower (twenty-eighth
+// session, benchmarks/NOTES.md).
+Plan wide_forward(DType dtype, const Plan& plan, int64_t instance_size, int64_t instances) {
+  if (plan.regime != Regime::kStream || plan.vectors != kStreamVectors || plan.cluster < 8 ||
+      crowd_of(instances) > Crowd::kUnderSms) {
+    return plan;
+  }
+  const Plan wide = Plan::stream(plan.cluster / 2, 1, kStreamWideVectors);
+  if (!refusal(dtype, Direction::kForward, wide, nchw(instance_size)).empty()) return plan;
+  auto resident = [&](const Plan& p) -> int64_t {
+    const int64_t slice = stream_slice_vectors(instance_size, vector_width(dtype), p.cluster);
+    return resident_units(kernel_for(dtype, Direction::kForward, false, p), p.cluster, kStreamThreads,
+                          stream_smem(p, slice, Direction::kForward));
+  };
+  const int64_t narrow_units = resident(plan), wide_units = resident(wide);
+  if (narrow_units <= 0 || wide_units <= 0) return plan;
+  const bool full_wave = plan.cluster == 8 && instances <= narrow_units && instances * 20 >= narrow_units * 19;
+  const bool small_second_wave = instances > narrow_units && instances * 5 <= narrow_units * 8 &&
+                                 instances <= wide_units && instances * 20 >= wide_units * 9;
+  return full_wave || small_second_wave ? wide : plan;
+}
+
 // The heuristic, from benchmarks/tune.py on an H100 and the H200 (numbers in benchmarks/NOTES.md).
 // `flat_size`: the largest instance that takes the flat plan (the backward asks with its own).
 Plan choose_forward(DType dtype, int64_t instance_size, int64_t instances, int64_t flat_size = kFlatHeuristicSize) {
@@ -4120,10 +4155,11 @@ Plan choose(DType dtype, Direction direction, const Shape& shape) {
   static std::map<std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t>, Plan> cache;
   const int64_t instance_size = shape.instance_size;
   const int layout = shape.cl_default ? (shape.cl_vectors ? 2 : 1) : 0;  // N and C matter only then
-  // NCHW plans depend on N * C only through crowd_of() and, for few instances, the count.
+  // NCHW plans depend on N * C only through crowd_of() and, for no more instances than SMs, the
+  // count (widest_stream for few, wide_forward).
   const int64_t instances = shape.batch * shape.channels;
   const Crowd crowd = crowd_of(instances);
-  const int64_t count_key = crowd == Crowd::kFew ? instances : -1 - static_cast<int64_t>(crowd);
+  const int64_t count_key = crowd <= Crowd::kUnderSms ? instances : -1 - static_cast<int64_t>(crowd);
   const auto key = std::make_tuple(static_cast<int>(c10::cuda::current_device()), static_cast<int>(dtype),
                                    static_cast<int>(direction), instance_size, layout ? shape.channels : 0,
                                    layout ? int64_t(100 + layout) : count_key, layout ? shape.batch : 0);
@@ -4133,7 +4169,8 @@ Plan choose(DType dtype, Direction direction, const Shape& shape) {
     if (it != cache.end()) return it->second;
   }
   const Plan plan = shape.cl_default                    ? choose_channels_last(dtype, direction, shape)
-                    : direction == Direction::kForward ? choose_forward(dtype, instance_size, instances)
+                    : direction == Direction::kForward ? wide_forward(dtype, choose_forward(dtype, instance_size, instances),
+                                                                      instance_size, instances)
                                                        : choose_backward(dtype, instance_size, instances);
   std::lock_guard<std::mutex> lock(mutex);
   cache.emplace(key, plan);
