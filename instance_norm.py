@@ -2381,7 +2381,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) stream_kernel(Params<typena
       // 12 % of the main float32 backward's stall samples on their first use (x - mean) when they went
       // out after the refill: 5851 -> 5776 us in graph replay (floor 5135). Uneven slices (16,16,448,448)
       // lost 2-4 % to it, and after the fence only (before the barrier) they lost 5 % (twenty-eighth
-      // session, benchmarks/NOTES.md).
+      // session, benchmarks/NOTES.md). The forward (the float32 wide plans) has no such loads.
       if (even) known = Op::known(p, instance_of(iteration));
       async_proxy_fence();
       __syncthreads();  // every thread's slice read
@@ -4024,8 +4024,8 @@ Plan cluster_split(int k, int64_t threads) {
 // K = 8 stream plan with clusters of 8 or 16, for no more instances than SMs, where the K = 8 plan's
 // resident clusters would run them in one full wave (clusters of 8, 95 % or more of them busy; then
 // each instance is a single pass of load, sums and store, and the wide plan's smaller clusters did
-// it faster) or in two waves of which the second is the smaller part (at most 80 % of two waves busy),
-// while the wide plan holds them all in one wave at least 45 % full. Elsewhere the wide plans lost up
+// it faster) or in two waves at most 80 % busy (a small second wave), while the wide plan holds them all
+// in one wave at least 45 % full. Elsewhere the wide plans lost up
 // to 38 % (too few SMs busy in one wave, or in several full waves, without the K = 8 plans' run-ahead
 // stages). H200, tune.py over (1, I, S, S) for I = 2..64, S = 256..512, both dtypes: the 11 shapes
 // this picks gained 5-27 % in graph replay and do_bench, none lost. A/B, graph replay, 5 rounds: fp32
@@ -4046,7 +4046,8 @@ Plan wide_forward(DType dtype, const Plan& plan, int64_t instance_size, int64_t 
   };
   const int64_t narrow_units = resident(plan), wide_units = resident(wide);
   if (narrow_units <= 0 || wide_units <= 0) return plan;
-  const bool full_wave = plan.cluster == 8 && instances <= narrow_units && instances * 20 >= narrow_units * 19;
+  const bool full_wave = plan.cluster == 8 && instances <= narrow_units && instances * 20 >= narrow_units * 19 &&
+                         instances <= wide_units;
   const bool small_second_wave = instances > narrow_units && instances * 5 <= narrow_units * 8 &&
                                  instances <= wide_units && instances * 20 >= wide_units * 9;
   return full_wave || small_second_wave ? wide : plan;

@@ -124,12 +124,12 @@ def backward_call(inorm, ops, dy, x, w, b, stats, act, slope, plan):
 def test_fused_wide_stream_forward(inorm, ops, rng, dtype):
     """The forward's wide stream plans (K=16; forward only, so check_fused, which runs the backward on
     the same plan, cannot take them) with a random activation and slope, affine, and a residual in a
-    random layout, against the float64 reference: instances filling a CTA's slice 50-100 %, at the
-    smallest and largest cluster, one stage and two."""
+    random layout, against the float64 reference: instances filling a CTA's slice 50-100 %, at every
+    cluster size, one stage and two."""
     if not has_clusters():
         pytest.skip("the stream kernel needs sm_90+")
     vec = 16 // dtype.itemsize
-    for cluster in (2, 16):
+    for cluster in (2, 4, 8, 16):  # 4 and 8: the ones wide_forward picks
         for stages in (1, 2):
             plan = inorm.Plan.stream(cluster, stages, 16)
             top = plan_capacity(plan, dtype)
