@@ -7,11 +7,7 @@
 # over every plan (top 8), both dtypes, forward; then the backward's tune at four of them.
 #   run(command="bash benchmarks/prototypes/next_s33.sh", timeout_s=600)
 set -uo pipefail
-START=$SECONDS
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=16
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; md5sum instance_norm.py; } > $OUT/device.txt 2>&1
-timeout 300 python3 -c "import instance_norm; instance_norm.load_extension()" > $OUT/build.txt 2>&1 || { tail -5 $OUT/build.txt; exit 1; }
-echo "built at $((SECONDS - START)) s"
+source benchmarks/prototypes/device_base.sh
 SH=1x8x512x512,2x8x384x384,4x8x384x384,1x32x256x256,2x16x320x320,8x8x256x256,1x4x1024x1024,1x16x448x448
 timeout 150 python3 benchmarks/tune.py --graph --shapes $SH --dtypes float32,bfloat16 --top 8 > $OUT/tune_graph.txt 2>&1
 echo "tune at $((SECONDS - START)) s"

@@ -6,11 +6,10 @@
 # --match multi_cta on each build (--module), and the base's every plan, forward and backward.
 #   run(command="bash benchmarks/prototypes/next_s33b.sh", timeout_s=600)
 set -uo pipefail
-START=$SECONDS
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=8
+source benchmarks/prototypes/device_base.sh  # the base's build (cached: patch_ab_build.sh builds it again at once)
 bash benchmarks/prototypes/patch_ab_build.sh chunk4 benchmarks/prototypes/chunk4_s33.patch \
   chunk2 benchmarks/prototypes/chunk2_s33.patch || exit 1
-echo "built at $((SECONDS - START)) s"
+echo "variants built at $((SECONDS - START)) s"
 SH=1x8x512x512,2x8x384x384,4x8x384x384,1x32x256x256,2x16x320x320,1x16x448x448,1x2x4096x4096
 for dir in "" --backward; do
   timeout 100 python3 benchmarks/tune.py --graph $dir --shapes $SH --dtypes float32,bfloat16 --top 40 > $OUT/base$dir.txt 2>&1
