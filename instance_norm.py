@@ -60,8 +60,11 @@ cluster (sm_90)   up to 4 CTAs' worth that the     8 CTAs per instance exchangin
                   instances of a large CTA         plan cannot read (fp32 (3,5,127,129)
                                                    0.0193 -> 0.0106 ms)
 multi_cta         anything larger, float64, no     per-chunk partials, a per-instance merge,
-                  clusters (sm_80)                 then a second read (reverse chunk order, so
-                                                   what is still in L2 goes first)
+                  clusters (sm_80); the forward    then a second read (reverse chunk order, so
+                  of up to one instance per SM     what is still in L2 goes first); more CTAs
+                  where the stream plan would      per instance than a stream plan's cluster
+                  run more than a wave of small    has, and no per-instance chain (fp32
+                  slices (split_forward)           (1,24,384,384) 0.74x the stream plan's time)
 cl_onchip         channels-last input whose        a CTA per (sample, channel tile) holds the
                   columns fit a CTA: H*W up to     column in registers: one read, coalesced
                   8 rows x 512 threads, and        rows of the tile, 16-byte vectors along C
@@ -3738,6 +3741,14 @@ std::string malformed(DType dtype, Direction direction, const Plan& plan) {
   return "unknown regime";
 }
 
+// How many clusters of stream `plan` over instances of `instance_size` elements can be resident at once
+// (0: it cannot run). The one residency rule of refusal(), widest_stream() and wide_forward().
+int stream_resident(DType dtype, Direction direction, bool epilogue, const Plan& plan, int64_t instance_size) {
+  const int64_t slice = stream_slice_vectors(instance_size, vector_width(dtype), plan.cluster);
+  return resident_units(kernel_for(dtype, direction, epilogue, plan), plan.cluster, kStreamThreads,
+                        stream_smem(plan, slice, direction));
+}
+
 // Why `plan` cannot serve instances of `instance_size` elements on the current device; empty if it can.
 // `epilogue`: checked against the kernels with an epilogue (their registers may differ).
 std::string refusal(DType dtype, Direction direction, const Plan& plan, const Shape& shape, bool epilogue = false) {
@@ -3782,18 +3793,18 @@ std::string refusal(DType dtype, Direction direction, const Plan& plan, const Sh
   }
   const int vec = vector_width(dtype);
   const std::string too_big = describe(plan) + " cannot hold an instance of " + std::to_string(instance_size) + " elements";
-  const void* kernel = kernel_for(dtype, direction, epilogue, plan);
   if (plan.regime == Regime::kStream) {
     if (instance_size % vec != 0) return "a stream plan needs H*W times the element size to be a multiple of 16 bytes";
     const int64_t slice = stream_slice_vectors(instance_size, vec, plan.cluster);
     if (slice > int64_t(plan.vectors) * kStreamThreads) return too_big;
-    if (resident_units(kernel, plan.cluster, kStreamThreads, stream_smem(plan, slice, direction)) == 0) {
+    if (stream_resident(dtype, direction, epilogue, plan, instance_size) == 0) {
       return describe(plan) + " does not fit on this device (shared memory)";
     }
     return "";
   }
   if (vector_slots(instance_size, vec) > onchip_slots(plan)) return too_big;
-  if (resident_units(kernel, plan.cluster, onchip_block(plan), onchip_smem(plan, direction)) == 0) {
+  if (resident_units(kernel_for(dtype, direction, epilogue, plan), plan.cluster, onchip_block(plan),
+                     onchip_smem(plan, direction)) == 0) {
     return describe(plan) + " cannot run on this device (shared memory or registers)";
   }
   return "";
@@ -3901,10 +3912,7 @@ Plan widest_stream(DType dtype, Direction direction, int64_t instance_size, int6
       for (int stages = kStreamMaxStages; stages >= min_stages(direction, k); --stages) {
         const Plan plan = Plan::stream(cs, stages, k);
         if (!refusal(dtype, direction, plan, nchw(instance_size)).empty()) continue;
-        if (resident_units(kernel_for(dtype, direction, false, plan), cs, kStreamThreads,
-                           stream_smem(plan, slice, direction)) < spread) {
-          continue;
-        }
+        if (stream_resident(dtype, direction, false, plan, instance_size) < spread) continue;
         *found = true;
         return plan;
       }
@@ -4039,12 +4047,8 @@ Plan wide_forward(DType dtype, const Plan& plan, int64_t instance_size, int64_t 
   }
   const Plan wide = Plan::stream(plan.cluster / 2, 1, kStreamWideVectors);
   if (!refusal(dtype, Direction::kForward, wide, nchw(instance_size)).empty()) return plan;
-  auto resident = [&](const Plan& p) -> int64_t {
-    const int64_t slice = stream_slice_vectors(instance_size, vector_width(dtype), p.cluster);
-    return resident_units(kernel_for(dtype, Direction::kForward, false, p), p.cluster, kStreamThreads,
-                          stream_smem(p, slice, Direction::kForward));
-  };
-  const int64_t narrow_units = resident(plan), wide_units = resident(wide);
+  const int64_t narrow_units = stream_resident(dtype, Direction::kForward, false, plan, instance_size);
+  const int64_t wide_units = stream_resident(dtype, Direction::kForward, false, wide, instance_size);
   if (narrow_units <= 0 || wide_units <= 0) return plan;
   const bool full_wave = plan.cluster == 8 && instances <= narrow_units && instances * 20 >= narrow_units * 19 &&
                          instances <= wide_units;
@@ -4149,6 +4153,30 @@ Plan choose_channels_last(DType dtype, Direction direction, const Shape& shape) 
   return Plan::cl_split();
 }
 
+// multi_cta in place of the forward's K = 8 stream plan, for up to one instance per SM, where the plan's
+// resident clusters take the instances in more than one wave (each cluster runs them one after another:
+// a chain of load, sums, exchange and store per instance, which at these sizes its stages do not hide)
+// and each CTA's slice is small: under 6 of its 8 vectors a thread in 16-bit types, under 5 in float32
+// (multi_cta's CTAs are then as full, and there are more of them). H200, twenty-ninth session
+// (benchmarks/NOTES.md), the plain forward's time on multi_cta over the stream plan's:
+// - tune.py over (1, I, S, S), I = 8..96, S = 256..512, both dtypes: the 11 shapes this picks 0.80x in
+//   graph replay (geomean; fp32 (1,24,384,384) 16.1 -> 11.9 us), 0.89x in do_bench, none slower;
+// - A/B on 11 shapes outside that grid that it picks (3 rounds; up to 128 instances, 75 MB): 0.71-0.90x
+//   in graph replay, 0.81-0.96x in do_bench; the fused gelu forward 0.71-0.86x and 0.81-0.98x.
+// Not taken (measured): float32 slices of 5-6 vectors a thread (fp32 (2,64,300,300) 1.07x in do_bench,
+// though 0.99x in graph replay, and 0.77-0.93x with a fused gelu); uneven slices of 6-8 vectors in two
+// or more waves (0.8-0.97x on the grid, fp32 (1,40,352,352) 1.13x outside it); one wave; a wide plan's
+// shapes (wide_forward).
+Plan split_forward(DType dtype, const Plan& plan, int64_t instance_size, int64_t instances) {
+  if (plan.regime != Regime::kStream || plan.vectors != kStreamVectors || crowd_of(instances) > Crowd::kUnderSms) {
+    return plan;
+  }
+  const int64_t units = stream_resident(dtype, Direction::kForward, false, plan, instance_size);
+  const int64_t slice = stream_slice_vectors(instance_size, vector_width(dtype), plan.cluster);
+  const int64_t most = dtype == DType::kFloat ? 5 : 6;  // vectors a thread, of kStreamVectors
+  return units > 0 && instances > units && slice < most * kStreamThreads ? Plan::multi_cta() : plan;
+}
+
 // Plan choice sits on the launch path of small, launch-bound shapes: remember it per device,
 // dtype, direction and shape.
 Plan choose(DType dtype, Direction direction, const Shape& shape) {
@@ -4170,8 +4198,10 @@ Plan choose(DType dtype, Direction direction, const Shape& shape) {
     if (it != cache.end()) return it->second;
   }
   const Plan plan = shape.cl_default                    ? choose_channels_last(dtype, direction, shape)
-                    : direction == Direction::kForward ? wide_forward(dtype, choose_forward(dtype, instance_size, instances),
-                                                                      instance_size, instances)
+                    : direction == Direction::kForward
+                        ? split_forward(dtype, wide_forward(dtype, choose_forward(dtype, instance_size, instances),
+                                                            instance_size, instances),
+                                        instance_size, instances)
                                                        : choose_backward(dtype, instance_size, instances);
   std::lock_guard<std::mutex> lock(mutex);
   cache.emplace(key, plan);

@@ -682,14 +682,25 @@ def test_chosen_plans(inorm):
             # wide_forward, with the H200's resident clusters (7 of 16 CTAs, 16 of 8, 33 of 4 for these
             # slices): a small second wave of clusters of 16 (fp32 8 instances), one full wave of
             # clusters of 8 (bf16 16) and a small second one (bf16 24) take the wide plan; 32 bf16
-            # instances (two full waves; asked after 24: the plan cache tells the counts apart) and 32
-            # fp32 ones (five waves of 16) keep K = 8. The backward has no wide plan.
+            # instances (two full waves, even slices; asked after 24: the plan cache tells the counts
+            # apart) and 32 fp32 ones (five waves of 16, even slices) keep K = 8. The backward has no
+            # wide plan. split_forward: more than one wave of small slices (576 KB fp32 instances on
+            # clusters of 16: 4.5 vectors a thread; bf16 32 instances of 288 KB on clusters of 8)
+            # takes multi_cta (16-bit: under 6 vectors a thread; float32 under 5); larger slices (fp32
+            # 448x448: 6.1 vectors a thread; fp32 416x416: 5.3) and one wave of small ones (bf16 12
+            # instances of 384x384) keep the stream plan.
             wide8, wide4 = inorm.Plan.stream(8, 1, 16), inorm.Plan.stream(4, 1, 16)
+            split, k8 = inorm.Plan.multi_cta(), None
             for shape, dtype, want in (((1, 8, 512, 512), torch.float32, wide8),
                                        ((2, 8, 384, 384), torch.bfloat16, wide4),
                                        ((1, 24, 384, 384), torch.bfloat16, wide4),
-                                       ((1, 32, 384, 384), torch.bfloat16, None),
-                                       ((4, 8, 512, 512), torch.float32, None)):
+                                       ((1, 32, 384, 384), torch.bfloat16, split),
+                                       ((4, 8, 512, 512), torch.float32, k8),
+                                       ((2, 8, 384, 384), torch.float32, split),
+                                       ((4, 12, 416, 416), torch.bfloat16, split),
+                                       ((4, 12, 416, 416), torch.float32, k8),
+                                       ((1, 24, 448, 448), torch.float32, k8),
+                                       ((1, 12, 384, 384), torch.bfloat16, k8)):
                 x = torch.empty(shape, device="cuda", dtype=dtype)
                 plan = inorm.chosen_plan(x)
                 assert (plan == want) if want else (plan.regime == "stream" and plan.vectors == 8), \
