@@ -3742,7 +3742,8 @@ std::string malformed(DType dtype, Direction direction, const Plan& plan) {
 }
 
 // How many clusters of stream `plan` over instances of `instance_size` elements can be resident at once
-// (0: it cannot run). The one residency rule of refusal(), widest_stream() and wide_forward().
+// (0: it cannot run). The one residency rule of refusal(), widest_stream(), wide_forward() and
+// split_forward(); run() sizes the launch with the same terms for the kernel of its input's source.
 int stream_resident(DType dtype, Direction direction, bool epilogue, const Plan& plan, int64_t instance_size) {
   const int64_t slice = stream_slice_vectors(instance_size, vector_width(dtype), plan.cluster);
   return resident_units(kernel_for(dtype, direction, epilogue, plan), plan.cluster, kStreamThreads,
@@ -4163,10 +4164,12 @@ Plan choose_channels_last(DType dtype, Direction direction, const Shape& shape) 
 //   graph replay (geomean; fp32 (1,24,384,384) 16.1 -> 11.9 us), 0.89x in do_bench, none slower;
 // - A/B on 11 shapes outside that grid that it picks (3 rounds; up to 128 instances, 75 MB): 0.71-0.90x
 //   in graph replay, 0.81-0.96x in do_bench; the fused gelu forward 0.71-0.86x and 0.81-0.98x.
-// Not taken (measured): float32 slices of 5-6 vectors a thread (fp32 (2,64,300,300) 1.07x in do_bench,
-// though 0.99x in graph replay, and 0.77-0.93x with a fused gelu); uneven slices of 6-8 vectors in two
-// or more waves (0.8-0.97x on the grid, fp32 (1,40,352,352) 1.13x outside it); one wave; a wide plan's
-// shapes (wide_forward).
+// Not taken (measured): float32 slices of 5-6 vectors a thread (do_bench: fp32 (2,64,300,300) 1.07x,
+// (1,128,416,416) 1.05x, also 1.01x in graph replay; their fused gelu forwards gained, 0.84-0.93x in
+// do_bench and 0.77-0.86x in graph replay); uneven slices of 6-8 vectors in more than one wave (on the
+// grid 0.79-1.00x in graph replay within half the L2, up to 1.11x / 1.15x beyond it, fp32
+// (1,96,448,448); outside it fp32 (1,40,352,352) 1.13x); one wave; a wide plan's shapes (wide_forward).
+// The 16-bit cut was measured in bfloat16 only; float16 takes it too.
 Plan split_forward(DType dtype, const Plan& plan, int64_t instance_size, int64_t instances) {
   if (plan.regime != Regime::kStream || plan.vectors != kStreamVectors || crowd_of(instances) > Crowd::kUnderSms) {
     return plan;
@@ -4185,7 +4188,7 @@ Plan choose(DType dtype, Direction direction, const Shape& shape) {
   const int64_t instance_size = shape.instance_size;
   const int layout = shape.cl_default ? (shape.cl_vectors ? 2 : 1) : 0;  // N and C matter only then
   // NCHW plans depend on N * C only through crowd_of() and, for no more instances than SMs, the
-  // count (widest_stream for few, wide_forward).
+  // count (widest_stream for few, wide_forward, split_forward).
   const int64_t instances = shape.batch * shape.channels;
   const Crowd crowd = crowd_of(instances);
   const int64_t count_key = crowd <= Crowd::kUnderSms ? instances : -1 - static_cast<int64_t>(crowd);

@@ -36,6 +36,7 @@ rules = {
  'K8 uneven waves>1 waves<=5 MB<=40': lambda r: r['k']==8 and not r['even'] and 1<r['waves']<=5 and r['MB']<=40,
  'K8 waves>1 waves<=5 MB<=32': lambda r: r['k']==8 and 1<r['waves']<=5 and r['MB']<=32,
  'K8 waves>1.5 MB<=32 v>=4': lambda r: r['k']==8 and r['waves']>1.5 and r['MB']<=32 and r['v']>=4,
+ 'landed: K8 waves>1, v<5 fp32 / v<6 16-bit': lambda r: r['k']==8 and r['waves']>1 and r['v'] < (5 if r['dt']=='float32' else 6),
 }
 for name, f in rules.items():
     pick = [r for r in data if f(r)]
