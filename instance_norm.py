@@ -64,7 +64,10 @@ multi_cta         anything larger, float64, no     per-chunk partials, a per-ins
                   of up to one instance per SM     what is still in L2 goes first); more CTAs
                   where the stream plan would      per instance than a stream plan's cluster
                   run more than a wave of small    has, and no per-instance chain (fp32
-                  slices (split_forward)           (1,24,384,384) 0.74x the stream plan's time)
+                  slices (split_forward); the      (1,24,384,384) 0.74x the stream plan's time;
+                  fp32 backward's small second     backward fp32 (1,8,512,512) 0.80-0.83x in
+                  wave of large slices             graph replay, 0.94-0.97x in do_bench)
+                  (split_backward)
 cl_onchip         channels-last input whose        a CTA per (sample, channel tile) holds the
                   columns fit a CTA: H*W up to     column in registers: one read, coalesced
                   8 rows x 512 threads, and        rows of the tile, 16-byte vectors along C
@@ -4180,6 +4183,29 @@ Plan split_forward(DType dtype, const Plan& plan, int64_t instance_size, int64_t
   return units > 0 && instances > units && slice < most * kStreamThreads ? Plan::multi_cta() : plan;
 }
 
+// multi_cta in place of the float32 backward's K = 8 stream plan on clusters of kMaxCluster, for up to
+// one instance per SM, where the plan's resident clusters take all the instances but a few in one wave
+// and the rest in a second wave of at most a seventh of them (the H200 holds 7 clusters of 16: 8
+// instances), and each CTA's slice is large: 6 or more of its 8 vectors a thread. That second wave is
+// a whole instance's chain on one cluster while the other SMs idle; multi_cta spreads every instance
+// over all of them. H200, thirtieth session (benchmarks/NOTES.md), the backward's time on multi_cta over
+// the stream plan's, tune.py: fp32 (1,8,448,448) 0.83x / 0.81x in graph replay and 0.93x / 0.91x in
+// do_bench, (1,8,512,512) 0.80x / 0.83x / 0.82x (graph replay) and 0.94x / 0.94x / 0.97x (do_bench)
+// (twenty-ninth session's grid and this session's calls 1-2). Not taken: (1,8,384,384) (4.5 vectors a
+// thread: 0.88-0.95x in graph replay but 0.97x-1.27x in do_bench), (1,12,512,512) (a second wave of 5:
+// 0.96-0.97x in graph replay, 1.01-1.03x in do_bench), 16 or more instances (mixed, up to 1.40x slower),
+// and 16-bit types (their few-instance plans differ; not measured at this count).
+Plan split_backward(DType dtype, const Plan& plan, int64_t instance_size, int64_t instances) {
+  if (dtype != DType::kFloat || plan.regime != Regime::kStream || plan.vectors != kStreamVectors ||
+      plan.cluster != kMaxCluster || crowd_of(instances) > Crowd::kUnderSms) {
+    return plan;
+  }
+  const int64_t units = stream_resident(dtype, Direction::kBackward, false, plan, instance_size);
+  const int64_t slice = stream_slice_vectors(instance_size, vector_width(dtype), plan.cluster);
+  const bool small_second_wave = instances > units && (instances - units) * 7 <= units;
+  return units > 0 && small_second_wave && slice >= 6 * kStreamThreads ? Plan::multi_cta() : plan;
+}
+
 // Plan choice sits on the launch path of small, launch-bound shapes: remember it per device,
 // dtype, direction and shape.
 Plan choose(DType dtype, Direction direction, const Shape& shape) {
@@ -4188,7 +4214,7 @@ Plan choose(DType dtype, Direction direction, const Shape& shape) {
   const int64_t instance_size = shape.instance_size;
   const int layout = shape.cl_default ? (shape.cl_vectors ? 2 : 1) : 0;  // N and C matter only then
   // NCHW plans depend on N * C only through crowd_of() and, for no more instances than SMs, the
-  // count (widest_stream for few, wide_forward, split_forward).
+  // count (widest_stream for few, wide_forward, split_forward, split_backward).
   const int64_t instances = shape.batch * shape.channels;
   const Crowd crowd = crowd_of(instances);
   const int64_t count_key = crowd <= Crowd::kUnderSms ? instances : -1 - static_cast<int64_t>(crowd);
@@ -4205,7 +4231,8 @@ Plan choose(DType dtype, Direction direction, const Shape& shape) {
                         ? split_forward(dtype, wide_forward(dtype, choose_forward(dtype, instance_size, instances),
                                                             instance_size, instances),
                                         instance_size, instances)
-                                                       : choose_backward(dtype, instance_size, instances);
+                        : split_backward(dtype, choose_backward(dtype, instance_size, instances), instance_size,
+                                         instances);
   std::lock_guard<std::mutex> lock(mutex);
   cache.emplace(key, plan);
   return plan;

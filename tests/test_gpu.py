@@ -706,6 +706,16 @@ def test_chosen_plans(inorm):
                 assert (plan == want) if want else (plan.regime == "stream" and plan.vectors == 8), \
                     f"{shape} {dtype}: {plan}"
                 assert inorm.chosen_plan(x, True).vectors != 16, f"{shape} {dtype}: backward"
+            # split_backward: float32, 8 instances on 7 resident clusters of 16 (a second wave of one)
+            # with slices of 6 or more vectors a thread take multi_cta; smaller slices (384x384: 4.5),
+            # a larger second wave (12 instances) and bfloat16 keep the stream plan.
+            for shape, dtype, want in (((1, 8, 512, 512), torch.float32, split),
+                                       ((2, 4, 448, 448), torch.float32, split),
+                                       ((1, 8, 384, 384), torch.float32, k8),
+                                       ((1, 12, 512, 512), torch.float32, k8),
+                                       ((1, 8, 512, 512), torch.bfloat16, k8)):
+                plan = inorm.chosen_plan(torch.empty(shape, device="cuda", dtype=dtype), True)
+                assert (plan == want) if want else plan.regime == "stream", f"{shape} {dtype} backward: {plan}"
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         x16 = torch.empty(32, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
         # 96 instances are kUnderSms and 192 and 200 kSome (crowd_of) for 97 <= SMs <= 199; the plans
