@@ -65,9 +65,9 @@ multi_cta         anything larger, float64, no     per-chunk partials, a per-ins
                   where the stream plan would      per instance than a stream plan's cluster
                   run more than a wave of small    has, and no per-instance chain (fp32
                   slices (split_forward); the      (1,24,384,384) 0.74x the stream plan's time;
-                  fp32 backward's small second     backward fp32 (1,8,512,512) 0.80-0.83x in
-                  wave of large slices             graph replay, 0.94-0.97x in do_bench)
-                  (split_backward)
+                  fp32 backward's small second     backward fp32 (1,8,512,512) 0.80-0.84x in
+                  wave of large slices             graph replay; do_bench 0.94-0.97x in tune.py,
+                  (split_backward)                 1.01x with overlapping rounds in an A/B)
 cl_onchip         channels-last input whose        a CTA per (sample, channel tile) holds the
                   columns fit a CTA: H*W up to     column in registers: one read, coalesced
                   8 rows x 512 threads, and        rows of the tile, 16-byte vectors along C
@@ -3745,8 +3745,8 @@ std::string malformed(DType dtype, Direction direction, const Plan& plan) {
 }
 
 // How many clusters of stream `plan` over instances of `instance_size` elements can be resident at once
-// (0: it cannot run). The one residency rule of refusal(), widest_stream(), wide_forward() and
-// split_forward(); run() sizes the launch with the same terms for the kernel of its input's source.
+// (0: it cannot run). The one residency rule of refusal(), widest_stream(), wide_forward(),
+// split_forward() and split_backward(); run() sizes the launch with the same terms for the kernel of its input's source.
 int stream_resident(DType dtype, Direction direction, bool epilogue, const Plan& plan, int64_t instance_size) {
   const int64_t slice = stream_slice_vectors(instance_size, vector_width(dtype), plan.cluster);
   return resident_units(kernel_for(dtype, direction, epilogue, plan), plan.cluster, kStreamThreads,
@@ -4003,8 +4003,9 @@ Plan choose_stream(DType dtype, Direction direction, int64_t instance_size, bool
 // clusters were presumably not all resident: (1,8,256,256) took 7.8 us on stream(CS=16) against 5.4
 // on CS=8.
 //
-// N * C against the SMs: what choose_forward and choose_backward use of it (with the count itself
-// for kFew, in widest_stream), and so the plan cache's key for NCHW plans. Ordered: `<=` compares.
+// N * C against the SMs: what choose_forward and choose_backward use of it (with the count itself for
+// up to one instance per SM: widest_stream for kFew, wide_forward, split_forward, split_backward), and
+// so the plan cache's key for NCHW plans. Ordered: `<=` compares.
 enum class Crowd { kFew, kUnderSms, kSome, kMany };
 Crowd crowd_of(int64_t instances) {
   const int64_t sms = device_info().sms;
@@ -4185,14 +4186,14 @@ Plan split_forward(DType dtype, const Plan& plan, int64_t instance_size, int64_t
 
 // multi_cta in place of the float32 backward's K = 8 stream plan on clusters of kMaxCluster, for up to
 // one instance per SM, where the plan's resident clusters take all the instances but a few in one wave
-// and the rest in a second wave of at most a seventh of them (the H200 holds 7 clusters of 16: 8
-// instances), and each CTA's slice is large: 6 or more of its 8 vectors a thread. That second wave is
+// and the rest in a second wave of at most a seventh as many instances as there are resident clusters
+// (the H200 holds 7 clusters of 16: 8 instances), and each CTA's slice is large: 6 or more of its 8 vectors a thread. That second wave is
 // a whole instance's chain on one cluster while the other SMs idle; multi_cta spreads every instance
 // over all of them. H200, thirtieth session (benchmarks/NOTES.md), the backward's time on multi_cta over
 // the stream plan's, tune.py: fp32 (1,8,448,448) 0.83x / 0.81x in graph replay and 0.93x / 0.91x in
 // do_bench, (1,8,512,512) 0.80x / 0.83x / 0.82x (graph replay) and 0.94x / 0.94x / 0.97x (do_bench)
 // (twenty-ninth session's grid and this session's calls 1-2). Not taken: (1,8,384,384) (4.5 vectors a
-// thread: 0.88-0.95x in graph replay but 0.97x-1.27x in do_bench), (1,12,512,512) (a second wave of 5:
+// thread: 0.88-0.95x in graph replay but 0.96-1.27x in do_bench), (1,12,512,512) (a second wave of 5:
 // 0.96-0.97x in graph replay, 1.01-1.03x in do_bench), 16 or more instances (mixed, up to 1.40x slower),
 // and 16-bit types (their few-instance plans differ; not measured at this count).
 Plan split_backward(DType dtype, const Plan& plan, int64_t instance_size, int64_t instances) {

@@ -715,7 +715,8 @@ def test_chosen_plans(inorm):
                                        ((1, 12, 512, 512), torch.float32, k8),
                                        ((1, 8, 512, 512), torch.bfloat16, k8)):
                 plan = inorm.chosen_plan(torch.empty(shape, device="cuda", dtype=dtype), True)
-                assert (plan == want) if want else plan.regime == "stream", f"{shape} {dtype} backward: {plan}"
+                assert (plan == want) if want else (plan.regime == "stream" and plan.vectors == 8), \
+                    f"{shape} {dtype} backward: {plan}"
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         x16 = torch.empty(32, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
         # 96 instances are kUnderSms and 192 and 200 kSome (crowd_of) for 97 <= SMs <= 199; the plans
