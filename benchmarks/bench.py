@@ -70,6 +70,9 @@ BACKWARD_TOL_FACTOR = 10
 FORWARD = ("ours", "eager", "compile", "group_norm", "copy")
 BACKWARD = ("ours_op", "ours", "eager", "compile", "floor")
 PEERS = ("eager", "compile", "group_norm")
+# --cute: quack's CuTe-DSL LayerNorm on the (N*C, H*W) view with weight 1 (issue 12's strongest
+# memory-bound norm; quack and nvidia-cutlass-dsl travel as wheels, see benchmarks/quack_wheels.sh).
+CUTE = "cute_ln"
 METHODS = {"do_bench": "triton do_bench median, L2 flushed before every call",
            "graph": "CUDA-graph replay, calls back to back, L2 not flushed"}
 # --fused: the compiled blocks, the eager fused module, and the floors; the activation everywhere.
@@ -93,6 +96,9 @@ def parse_args(argv=None):
                    help="sweep (default), main, quick, fused_quick or NxCxHxW; comma list")
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder (default benchmarks/results)")
     p.add_argument("--seed", type=int, help="input seed (default: a fresh one, printed)")
+    p.add_argument("--cute", action="store_true",
+                   help="also the forward peer cute_ln: quack's CuTe-DSL LayerNorm on the (N*C, H*W) view "
+                        "(needs quack-kernels and nvidia-cutlass-dsl; counts among the peers)")
     p.add_argument("--dry-run", action="store_true", help="check the arguments and list the cases; no CUDA")
     args = p.parse_args(argv)
     if args.fused and (args.backward or args.host):
@@ -241,14 +247,29 @@ def add_floor(x, dy):
     return functools.partial(torch.add, x, dy, out=torch.empty_like(x))
 
 
-def forward_makers(x):
+def cute_layernorm(x):
+    """quack's layernorm_fwd on x's (N*C, H*W) view, weight 1 and no bias: the instance norm's values.
+    Its output is checked against float64 first (the peer is dropped, logged, where it is off or fails)."""
+    from quack.rmsnorm import layernorm_fwd  # noqa: PLC0415 (only with --cute)
+
+    rows = x.reshape(x.shape[0] * x.shape[1], -1)
+    call = functools.partial(layernorm_fwd, rows, torch.ones(rows.shape[1], device=x.device), None, EPS)
+    rel, _ = reference_errors(x, call().view_as(x))
+    if not rel <= tolerance(str(x.dtype).removeprefix("torch.")):
+        raise RuntimeError(f"quack layernorm_fwd: relative L2 error {rel:.2e} against float64")
+    return call
+
+
+def forward_makers(x, cute=False):
     """name -> builder of the call to time (built one at a time, so large peers never coexist)."""
     c, call = x.shape[1], functools.partial
-    return {"ours": lambda: call(instance_norm.ModelNew(c).cuda(), x),
-            "eager": lambda: call(nn.InstanceNorm2d(c).cuda(), x),
-            "compile": lambda: call(compiled(nn.InstanceNorm2d(c)), x),
-            "group_norm": lambda: call(F.group_norm, x, c),
-            "copy": lambda: copy_floor(x)}
+    makers = {"ours": lambda: call(instance_norm.ModelNew(c).cuda(), x),
+              "eager": lambda: call(nn.InstanceNorm2d(c).cuda(), x),
+              "compile": lambda: call(compiled(nn.InstanceNorm2d(c)), x),
+              "group_norm": lambda: call(F.group_norm, x, c)}
+    if cute:
+        makers[CUTE] = lambda: cute_layernorm(x)
+    return {**makers, "copy": lambda: copy_floor(x)}
 
 
 def backward_makers(x, dy):
@@ -269,9 +290,13 @@ def backward_makers(x, dy):
             "floor": lambda: add_floor(x, dy)}
 
 
+def forward_providers(args):
+    return FORWARD[:-1] + (CUTE,) * args.cute + FORWARD[-1:]
+
+
 def ratios(times, floor):
     ours = times.get("ours")
-    best = min((times[p] for p in PEERS if times.get(p)), default=None)
+    best = min((times[p] for p in PEERS + (CUTE,) if times.get(p)), default=None)
     return {"ours/floor": ours / times[floor] if ours and times.get(floor) else None,
             "speedup": best / ours if ours and best else None}
 
@@ -318,7 +343,7 @@ def timing_tables(rows, kind, providers, floor, factor):
             tbs = factor * r["bytes"] / times["ours"] / 1e9 if times["ours"] else None
             body.append([r["dtype"], shape_str(r["shape"]), r["plan"]] + [fmt(times[p]) for p in providers]
                         + [fmt(tbs, ".3f")] + [fmt(derived[k], ".2f", "x") for k in ("ours/floor", "speedup")])
-        peers = ", ".join(p for p in PEERS if p in providers)
+        peers = ", ".join(p for p in PEERS + (CUTE,) if p in providers)
         tables.append(f"## {kind}, {how}\n\nms per call; speedup = best of {peers} / ours.\n\n"
                       + md_table(head, body, 3) + "\n\n" + geomean_line(rows, method))
     return tables
@@ -611,9 +636,9 @@ def plot(rows, meta, path):
     fig, axes = plt.subplots(1, len(dtypes), figsize=(6 * len(dtypes), 4.5), squeeze=False)
     for ax, dtype in zip(axes[0], dtypes):
         ordered = sorted((r for r in rows if r["dtype"] == dtype), key=lambda r: r["bytes"])
-        for name in FORWARD:
+        for name in dict.fromkeys(FORWARD + (CUTE,)):
             points = [(r["bytes"] / 1e6, 2 * r["bytes"] / r["do_bench"][name] / 1e9)
-                      for r in ordered if r["do_bench"][name]]
+                      for r in ordered if r["do_bench"].get(name)]
             if points:
                 ax.plot(*zip(*points), marker="o", linestyle="--" if name == "copy" else "-", label=name)
         ax.set(xscale="log", xlabel="tensor size (MB)", ylabel="TB/s (read + write)", title=dtype)
@@ -631,8 +656,9 @@ def run_case(dtype, shape, args, rng):
     x = make_input(shape, getattr(torch, dtype), rng)
     base = {"dtype": dtype, "shape": list(shape), "bytes": x.numel() * x.element_size()}
     with torch.no_grad():
-        fwd = {**base, "plan": str(instance_norm.chosen_plan(x)), **timed(forward_makers(x), "copy", args.quick)}
-    log("  forward  " + "  ".join(f"{p} {fmt(fwd['do_bench'][p])}" for p in FORWARD))
+        fwd = {**base, "plan": str(instance_norm.chosen_plan(x)),
+               **timed(forward_makers(x, args.cute), "copy", args.quick)}
+    log("  forward  " + "  ".join(f"{p} {fmt(fwd['do_bench'][p])}" for p in forward_providers(args)))
     bwd = host = None
     if args.backward:
         dy = torch.randn_like(x)
@@ -697,7 +723,7 @@ def bench_norm(cases, args, rng, meta):
         log(f"[{i + 1}/{len(cases)}] {dtype} {shape_str(shape)}")
         results.append(run_case(dtype, shape, args, rng))
     fwd, bwd, host = ([r[k] for r in results] for k in range(3))
-    texts.append(write(args.out, "forward", meta, fwd, timing_tables(fwd, "Forward", FORWARD, "copy", 2)))
+    texts.append(write(args.out, "forward", meta, fwd, timing_tables(fwd, "Forward", forward_providers(args), "copy", 2)))
     if args.backward:
         texts.append(write(args.out, "backward", meta, bwd, timing_tables(bwd, "Backward", BACKWARD, "floor", 3)))
     if args.host:
