@@ -4,6 +4,7 @@
     python benchmarks/bench.py [--quick] [--backward] [--host] [--dtypes float32,bfloat16]
                                [--shapes sweep|main|quick|NxCxHxW,...] [--out DIR] [--seed S]
     python benchmarks/bench.py --fused [--quick] [--dtypes ...] [--shapes ...] [--out DIR] [--seed S]
+    python benchmarks/bench.py --cute ...      # also quack's CuTe-DSL LayerNorm (benchmarks/quack_wheels.sh)
     python benchmarks/bench.py --dry-run ...   # check the arguments and list the cases, no CUDA
     python benchmarks/bench.py --layouts [--quick] [--backward] ...   # channels_last and 3-D (layouts.py)
 
@@ -101,8 +102,8 @@ def parse_args(argv=None):
                         "(needs quack-kernels and nvidia-cutlass-dsl; counts among the peers)")
     p.add_argument("--dry-run", action="store_true", help="check the arguments and list the cases; no CUDA")
     args = p.parse_args(argv)
-    if args.fused and (args.backward or args.host):
-        p.error("--fused runs alone: drop --backward and --host")
+    if args.fused and (args.backward or args.host or args.cute):
+        p.error("--fused runs alone: drop --backward, --host and --cute")
     args.shapes = args.shapes or ((FUSED_QUICK if args.fused else QUICK) if args.quick else SWEEP)
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1 << 31)

@@ -26,11 +26,13 @@ case "${1:-}" in
     mkdir -p $PARTS && cp .whlA/* $PARTS/ && ls $PARTS ;;
   install)
     [ -f $PARTS/cu12.tar.xz.aa ] || { echo "no $PARTS/cu12.tar.xz.aa: the machine was released after the stash call"; return 1 2>/dev/null || exit 1; }
-    cp .whlB/* $PARTS/ && rm -rf $SITE && mkdir -p $SITE
-    # Wheels first: pip --target replaces a top-level folder it installs into (nvidia_cutlass_dsl).
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE $PARTS/*.whl
-    cat $PARTS/cu12.tar.xz.a? | xz -d | tar xf - -C $SITE
+    [ -f .whlB/cu12.tar.xz.ab ] || { echo "no .whlB/cu12.tar.xz.ab: carry .whlB"; return 1 2>/dev/null || exit 1; }
+    # Wheels first (pip --target would skip a top-level folder that exists, nvidia_cutlass_dsl), then the
+    # libraries' files into it; any failed step stops the install.
+    cp .whlB/* $PARTS/ && rm -rf $SITE && mkdir -p $SITE &&
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE $PARTS/*.whl &&
+      cat $PARTS/cu12.tar.xz.a? | xz -d | tar xf - -C $SITE || { echo "install failed"; return 1 2>/dev/null || exit 1; }
     export PYTHONPATH=$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages:${PYTHONPATH:-}  # the .pth's line
     python3 -c "import quack, cutlass; print('quack', quack.__version__, 'cutlass-dsl ok')" ;;
-  *) echo "usage: $0 pack|stash|install"; exit 2 ;;
+  *) echo "usage: quack_wheels.sh pack|stash|install"; return 2 2>/dev/null || exit 2 ;;
 esac

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Prepared in the thirty-first session (no device time left): proposal A of NOTES (thirty-first session), the
+# flat forward's register rows (flat_rows_s35.patch: G lanes an instance with kFlatRowValues = 8 values each in
+# registers, butterfly sums, every lane its coefficients and its own 4- or 2-byte stores; the forward's
+# default G becomes the smallest with G * 8 >= M up to 256 elements). A/B against the committed file and
+# the chains variant (flat_chains_s35.patch, proposal B) at tiny shapes, forward and training step, 3 rounds;
+# then the flat tests and the fused tests on the rows build (its suite next, if the A/B favours it).
+#   run(command="bash benchmarks/prototypes/next_s36c.sh", timeout_s=600)
+set -uo pipefail
+START=$SECONDS
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=16
+bash benchmarks/prototypes/patch_ab_build.sh rows benchmarks/prototypes/flat_rows_s35.patch \
+  chains benchmarks/prototypes/flat_chains_s35.patch || exit 1
+echo "built at $((SECONDS - START)) s"
+SH=64x256x7x7,32x64x8x8,16x128x12x12,8x64x13x11,64x96x5x5
+timeout 240 python3 benchmarks/prototypes/pdl_ab_s21.py base=instance_norm.py rows=/tmp/vab/rows/instance_norm.py \
+  chains=/tmp/vab/chains/instance_norm.py --rounds 3 --cases fwd,act,train --shapes $SH --dtypes float32,bfloat16 \
+  > $OUT/ab.txt 2>&1
+echo "A/B rc=$? at $((SECONDS - START)) s"
+python3 benchmarks/prototypes/ab_verdict.py $OUT/ab.txt --rows 30 --worst 6 | tee $OUT/verdict.txt
+git apply benchmarks/prototypes/flat_rows_s35.patch && trap 'git apply -R benchmarks/prototypes/flat_rows_s35.patch' EXIT
+timeout $((590 - (SECONDS - START))) python3 -m pytest -q tests/test_gpu.py tests/test_epilogue.py -p no:cacheprovider \
+  -k "flat or epilogue or fused" > $OUT/tests_rows.txt 2>&1
+echo "tests (rows) rc=$? at $((SECONDS - START)) s"; tail -2 $OUT/tests_rows.txt
+(cd $OUT && tar czf logs.tgz build*.txt device.txt && rm -f build*.txt device.txt)
