@@ -3,7 +3,7 @@
 # flat forward's register rows (flat_rows_s35.patch: G lanes an instance with kFlatRowValues = 8 values each in
 # registers, butterfly sums, every lane its coefficients and its own 4- or 2-byte stores; the forward's
 # default G becomes the smallest with G * 8 >= M up to 256 elements). A/B against the committed file and
-# the chains variant (flat_chains_s35.patch, proposal B) at tiny shapes, forward and training step, 3 rounds;
+# the chains variant (flat_chains_s35.patch, proposal B) at tiny shapes, forward and training step, 2 rounds;
 # then the flat tests and the fused tests on the rows build (its suite next, if the A/B favours it).
 #   run(command="bash benchmarks/prototypes/next_s36c.sh", timeout_s=600)
 set -uo pipefail
@@ -12,9 +12,10 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTE
 bash benchmarks/prototypes/patch_ab_build.sh rows benchmarks/prototypes/flat_rows_s35.patch \
   chains benchmarks/prototypes/flat_chains_s35.patch || exit 1
 echo "built at $((SECONDS - START)) s"
-SH=64x256x7x7,32x64x8x8,16x128x12x12,8x64x13x11,64x96x5x5
-timeout 240 python3 benchmarks/prototypes/pdl_ab_s21.py base=instance_norm.py rows=/tmp/vab/rows/instance_norm.py \
-  chains=/tmp/vab/chains/instance_norm.py --rounds 3 --cases fwd,act,train --shapes $SH --dtypes float32,bfloat16 \
+# The last two: large batches, where rows' G leaves fewer instances a CTA (a review's R1: 28 -> 8 at 12x12).
+SH=64x256x7x7,32x64x8x8,16x128x12x12,8x64x13x11,64x96x5x5,64x256x12x12,128x512x8x8
+timeout 260 python3 benchmarks/prototypes/pdl_ab_s21.py base=instance_norm.py rows=/tmp/vab/rows/instance_norm.py \
+  chains=/tmp/vab/chains/instance_norm.py --rounds 2 --cases fwd,train --shapes $SH --dtypes float32,bfloat16 \
   > $OUT/ab.txt 2>&1
 echo "A/B rc=$? at $((SECONDS - START)) s"
 python3 benchmarks/prototypes/ab_verdict.py $OUT/ab.txt --rows 30 --worst 6 | tee $OUT/verdict.txt
