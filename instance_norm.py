@@ -200,6 +200,8 @@ constexpr int cl_apply_rows(int element_bytes) { return element_bytes == 2 ? kCl
 inline constexpr bool kDependentLaunch = true;
 inline constexpr int kFlatThreads = 256;         // flat: a CTA's size
 inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's values, at most (up to G = 32)
+inline constexpr int kFlatRowValues = 8;         // flat forward, register rows: values a thread holds
+inline constexpr int kFlatRowsLanesPerSm = 512;  // flat forward: register rows while N*C*G <= this * SMs
 inline constexpr int kFlatMaxPerThread = 128;    // flat: ... in any plan (its float32 sums run in sequence: a
                                                  // plan of G = 1 on 4096 elements missed 1e-5 in the stats)
 inline constexpr int kFlatMaxSize = kWarpSize * kFlatMaxPerThread;  // flat: the largest instance; a CTA's span
@@ -1821,6 +1823,64 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
   }
   wait_async_copies();
   __syncthreads();
+
+  // Register rows (the forward with instance statistics, where G * kFlatRowValues >= M; the host's
+  // default G for the forward): thread `local` of instance q holds the instance's values local + k * G
+  // in registers, read from shared memory once. The sums go round the G lanes by butterfly (every lane
+  // ends with the same bits: each level adds the same two values), every lane computes the coefficients,
+  // and each stores its own values (4- or 2-byte stores, as quack's LayerNorm does at such rows): no
+  // second barrier, no map over vectors (proposal A of benchmarks/NOTES.md, thirty-first session; kept in
+  // the thirty-second, where flat_shape gives this G only to small grids).
+  if constexpr (Op::kInputs == 1 && !Op::kCoefKnown) {
+    if (M <= G * kFlatRowValues) {  // launch parameters only: uniform over the grid
+      const T* row = reinterpret_cast<const T*>(flat_storage) + head + (active ? q : 0) * M;
+      acc_t v[kFlatRowValues];
+      acc_t sum = 0;
+#pragma unroll
+      for (int k = 0; k < kFlatRowValues; ++k) {
+        const int j = local + k * G;
+        v[k] = active && j < M ? Elem<T>::to_acc(row[j]) : acc_t(0);
+        sum += v[k];
+      }
+      for (int o = G >> 1; o > 0; o >>= 1) sum += shfl_xor(sum, o);
+      const acc_t n = static_cast<acc_t>(M);
+      const acc_t inv_n = inverse_count(n);
+      const acc_t mean0 = sum * inv_n;
+      acc_t d = 0, q2 = 0;
+#pragma unroll
+      for (int k = 0; k < kFlatRowValues; ++k) {
+        const acc_t e = active && local + k * G < M ? v[k] - mean0 : acc_t(0);
+        d += e;
+        q2 += e * e;
+      }
+      for (int o = G >> 1; o > 0; o >>= 1) {
+        d += shfl_xor(d, o);
+        q2 += shfl_xor(q2, o);
+      }
+      // Clamped below at 0 but NaN kept (an instance with NaN or inf publishes NaN statistics, as eager's).
+      const acc_t m2 = q2 - d * d * inv_n;
+      const Partial total{mean0 + d * inv_n, m2 < acc_t(0) ? acc_t(0) : m2, n};
+      if (!active) return;
+      const Coef c = Op::coef(p, instance, total, known);
+      if (local == 0) Op::publish(p, instance, total, known);
+      const int64_t at = begin + int64_t(q) * M;
+      const T* residual = residual_at<Op>(p, at);
+      with_op_activation<Op>(p, [&](auto tag) {
+        constexpr Family F = decltype(tag)::kFamily;
+#pragma unroll
+        for (int k = 0; k < kFlatRowValues; ++k) {
+          const int j = local + k * G;
+          if (j < M) {
+            const acc_t x[1] = {v[k]};
+            acc_t o = Op::template apply<F>(c, x, p.act);
+            if (residual != nullptr) o += scalar_at(residual, j);
+            p.out[at + j] = Elem<T>::from_acc(o);
+          }
+        }
+      });
+      return;
+    }
+  }
 
   // Thread `local` takes the instance's elements local, local + G, ...; where M is even they start
   // rotated by q * G, so that the lanes of a warp (instances M apart) fall in different banks.
@@ -3633,12 +3693,28 @@ int64_t flat_most_instances(DType dtype, int64_t instance_size, int group) {
 // (up to a warp), and the grid has about kFlatCtasPerSm CTAs per SM when there are instances for
 // it; always at most kFlatSpanBytes per input and kFlatThreads / G instances per CTA.
 // `instances_total` 0 asks for the largest span (the refusal's bound).
-FlatShape flat_shape(DType dtype, int64_t instance_size, int64_t instances_total, int sms, const Plan& plan) {
+// `rows`: the forward with instance statistics (flat_kernel's register rows); running statistics keep the
+// other rule's G (they reduce nothing, and a smaller G holds more instances a CTA).
+FlatShape flat_shape(DType dtype, bool rows, int64_t instance_size, int64_t instances_total, int sms,
+                     const Plan& plan) {
   const int vec = vector_width(dtype);
   const int64_t M = std::max<int64_t>(1, instance_size);
   FlatShape s{};
   s.group = 1;
   while (s.group < kWarpSize && int64_t(s.group) * kFlatPerThread < M) s.group *= 2;
+  // The forward's default: the register rows' G (flat_kernel), where a warp's G lanes can hold the
+  // instance and a CTA still takes the instances a plan names.
+  // Only while the grid stays small (N*C*G lanes up to kFlatRowsLanesPerSm an SM): with more instances
+  // the rows' G holds fewer of them a CTA and leaves lanes idle past M (H200, forward, graph replay,
+  // thirty-second session: 0.69-0.91x the other G's time at up to 65536 lanes, 8192 instances; at 131072
+  // lanes 0.88x at 12x12 but 1.05x at 7x7; 1.21-1.54x at 262144 lanes and more). A cut by instances
+  // (8448) instead lost 1.21x at (32, 256, 12, 12).
+  if (rows && plan.threads == 0 && M <= int64_t(kWarpSize) * kFlatRowValues) {
+    int g = 1;
+    while (int64_t(g) * kFlatRowValues < M) g *= 2;
+    const bool few = instances_total * g <= int64_t(kFlatRowsLanesPerSm) * sms;
+    if (few && plan.vectors <= kFlatThreads / g) s.group = g;
+  }
   if (plan.threads != 0) s.group = plan.threads;
   const int64_t most = flat_most_instances(dtype, M, s.group);
   const int64_t per_sm = kFlatCtasPerSm;
@@ -3781,7 +3857,7 @@ std::string refusal(DType dtype, Direction direction, const Plan& plan, const Sh
       return "a flat plan holds instances of up to " + std::to_string(kFlatMaxSize) + " elements, not " +
              std::to_string(instance_size);
     }
-    const FlatShape s = flat_shape(dtype, instance_size, 0, 1, plan);
+    const FlatShape s = flat_shape(dtype, direction == Direction::kForward, instance_size, 0, 1, plan);
     if (instance_size > int64_t(s.group) * kFlatMaxPerThread) {
       return describe(plan) + " gives each reducing thread at most " + std::to_string(kFlatMaxPerThread) +
              " values: instances of up to " + std::to_string(int64_t(s.group) * kFlatMaxPerThread) + " elements";
@@ -4295,7 +4371,8 @@ void run(const Plan& plan, const Problem& problem) {
   } else if (plan.regime == Regime::kMultiCta) {
     allocate(chunk_workspace_bytes(problem));
   } else if (plan.regime == Regime::kFlat) {
-    launch.flat = flat_shape(problem.dtype, problem.instance_size, P, device_info().sms, plan);
+    launch.flat = flat_shape(problem.dtype, problem.direction == Direction::kForward && problem.source == Source::kInstance,
+                             problem.instance_size, P, device_info().sms, plan);
     launch.block = kFlatThreads;
     launch.smem = static_cast<int>(flat_smem(launch.flat, problem.dtype, problem.direction));
     IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan), 1, launch.block,
