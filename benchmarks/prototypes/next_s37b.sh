@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Prepared in the thirty-second session, from its review of the register rows:
+# - rowsbit (flat_rows_bit_s36.patch + flat_rows_bit_tests_s36.patch): the host's FlatShape.rows decides the
+#   path (the committed kernel takes rows wherever G * 8 >= M, so instances of up to 8 elements take them on
+#   any grid, past the cut too, untimed); the refusal sizes with the smaller G; a NaN instance's m2 clamps to 0
+#   as every other partial does; the cut's test covers every rows G and the named flat plan past 144.
+# - direct (flat_rows_direct_s36.patch = rowsbit + rows loaded straight from global memory, no span copy or
+#   barrier on that path, as quack's LayerNorm), with the cut and without it (flat_rows_direct_uncut_s36.patch).
+# A/B against the committed file at shapes of up to 8 elements on large grids (where rowsbit changes the path),
+# past the cut (64x256x7x7, 64x256x12x12, 128x512x8x8) and within it; then rowsbit's flat and cut tests. The
+# full suite on whichever is kept comes in the next call. Run on a clean tree.
+#   run(command="bash benchmarks/prototypes/next_s37b.sh", timeout_s=600)
+set -uo pipefail
+START=$SECONDS
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=16
+bash benchmarks/prototypes/patch_ab_build.sh rowsbit benchmarks/prototypes/flat_rows_bit_s36.patch \
+  direct benchmarks/prototypes/flat_rows_direct_s36.patch uncut benchmarks/prototypes/flat_rows_direct_uncut_s36.patch || exit 1
+echo "built at $((SECONDS - START)) s"
+SH=1024x256x2x2,512x256x1x7,256x512x2x3,64x256x7x7,64x256x12x12,128x512x8x8,16x256x12x12,32x64x8x8,16x128x12x12,64x96x5x5
+timeout 240 python3 benchmarks/prototypes/pdl_ab_s21.py base=instance_norm.py rowsbit=/tmp/vab/rowsbit/instance_norm.py \
+  direct=/tmp/vab/direct/instance_norm.py uncut=/tmp/vab/uncut/instance_norm.py --rounds 2 --cases fwd,train \
+  --shapes $SH --dtypes float32,bfloat16 > $OUT/ab.txt 2>&1
+echo "A/B rc=$? at $((SECONDS - START)) s"
+python3 benchmarks/prototypes/ab_verdict.py $OUT/ab.txt --rows 40 --worst 6 | tee $OUT/verdict.txt
+git apply benchmarks/prototypes/flat_rows_bit_s36.patch benchmarks/prototypes/flat_rows_bit_tests_s36.patch &&
+  trap 'git apply -R benchmarks/prototypes/flat_rows_bit_s36.patch benchmarks/prototypes/flat_rows_bit_tests_s36.patch' EXIT
+timeout $((590 - (SECONDS - START))) python3 -m pytest -q tests/test_gpu.py tests/test_epilogue.py -p no:cacheprovider \
+  -k "flat or rows_cut or low_precision_module or nan" > $OUT/tests_rowsbit.txt 2>&1
+echo "tests (rowsbit) rc=$? at $((SECONDS - START)) s"; tail -2 $OUT/tests_rowsbit.txt
+(cd $OUT && tar czf logs.tgz build*.txt device.txt && rm -f build*.txt device.txt)
