@@ -5,10 +5,7 @@
 # and the stream plans only. Run on a clean tree.
 #   run(command="bash benchmarks/prototypes/next_s37a.sh", timeout_s=600)
 set -uo pipefail
-START=$SECONDS
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=16
-bash benchmarks/prototypes/patch_ab_build.sh unruled benchmarks/prototypes/flat_unruled_s36.patch || exit 1
-echo "built at $((SECONDS - START)) s"
+source benchmarks/prototypes/ab_env.sh unruled benchmarks/prototypes/flat_unruled_s36.patch
 timeout 150 ncu --profile-from-start off --kernel-name regex:flat_kernel --section SpeedOfLight --section LaunchStats \
   --section Occupancy --section WarpStateStats --section InstructionStats --section MemoryWorkloadAnalysis_Tables \
   python3 benchmarks/prototypes/ncu_rows_s36.py > $OUT/ncu_rows.txt 2>&1

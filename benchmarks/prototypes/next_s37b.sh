@@ -11,11 +11,8 @@
 # full suite on whichever is kept comes in the next call. Run on a clean tree.
 #   run(command="bash benchmarks/prototypes/next_s37b.sh", timeout_s=600)
 set -uo pipefail
-START=$SECONDS
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=16
-bash benchmarks/prototypes/patch_ab_build.sh rowsbit benchmarks/prototypes/flat_rows_bit_s36.patch \
-  direct benchmarks/prototypes/flat_rows_direct_s36.patch uncut benchmarks/prototypes/flat_rows_direct_uncut_s36.patch || exit 1
-echo "built at $((SECONDS - START)) s"
+source benchmarks/prototypes/ab_env.sh rowsbit benchmarks/prototypes/flat_rows_bit_s36.patch \
+  direct benchmarks/prototypes/flat_rows_direct_s36.patch uncut benchmarks/prototypes/flat_rows_direct_uncut_s36.patch
 SH=1024x256x2x2,512x256x1x7,256x512x2x3,64x256x7x7,64x256x12x12,128x512x8x8,16x256x12x12,32x64x8x8,16x128x12x12,64x96x5x5
 timeout 240 python3 benchmarks/prototypes/pdl_ab_s21.py base=instance_norm.py rowsbit=/tmp/vab/rowsbit/instance_norm.py \
   direct=/tmp/vab/direct/instance_norm.py uncut=/tmp/vab/uncut/instance_norm.py --rounds 2 --cases fwd,train \
