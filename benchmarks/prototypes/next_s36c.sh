@@ -7,11 +7,8 @@
 # then the flat tests and the fused tests on the rows build (its suite next, if the A/B favours it).
 #   run(command="bash benchmarks/prototypes/next_s36c.sh", timeout_s=600)
 set -uo pipefail
-START=$SECONDS
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=16
-bash benchmarks/prototypes/patch_ab_build.sh rows benchmarks/prototypes/flat_rows_s35.patch \
-  chains benchmarks/prototypes/flat_chains_s35.patch || exit 1
-echo "built at $((SECONDS - START)) s"
+source benchmarks/prototypes/ab_env.sh rows benchmarks/prototypes/flat_rows_s35.patch \
+  chains benchmarks/prototypes/flat_chains_s35.patch
 # The last two: large batches, where rows' G leaves fewer instances a CTA (a review's R1: 28 -> 8 at 12x12).
 SH=64x256x7x7,32x64x8x8,16x128x12x12,8x64x13x11,64x96x5x5,64x256x12x12,128x512x8x8
 timeout 260 python3 benchmarks/prototypes/pdl_ab_s21.py base=instance_norm.py rows=/tmp/vab/rows/instance_norm.py \

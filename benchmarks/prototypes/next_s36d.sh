@@ -5,11 +5,8 @@
 # full GPU suite on the tree's file.
 #   run(command="bash benchmarks/prototypes/next_s36d.sh", timeout_s=600)
 set -uo pipefail
-START=$SECONDS
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=16
-bash benchmarks/prototypes/patch_ab_build.sh base benchmarks/prototypes/flat_base_s36.patch \
-  unruled benchmarks/prototypes/flat_unruled_s36.patch || exit 1
-echo "built at $((SECONDS - START)) s"
+source benchmarks/prototypes/ab_env.sh base benchmarks/prototypes/flat_base_s36.patch \
+  unruled benchmarks/prototypes/flat_unruled_s36.patch
 # lanes N*C*G: 32x256x7x7 65536 (rows), 64x128x8x8 65536 (rows), 8x256x12x12 65536 (rows), 64x256x7x7
 # 131072 (cut), 16x256x12x12 131072 (cut), 16x16x16x16 8192 (rows, G = 32), 32x64x8x8 16384 (rows)
 SH=32x256x7x7,64x128x8x8,8x256x12x12,64x256x7x7,16x256x12x12,16x16x16x16,32x64x8x8

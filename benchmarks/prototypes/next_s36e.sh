@@ -5,11 +5,8 @@
 # (its eager bound mended) and the cut's test, eight times over (fresh seeds).
 #   run(command="bash benchmarks/prototypes/next_s36e.sh", timeout_s=420)
 set -uo pipefail
-START=$SECONDS
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 INSTANCE_NORM_REQUIRE_GPU=1 TORCH_EXTENSIONS_DIR=/tmp/ext MAX_JOBS=16
-bash benchmarks/prototypes/patch_ab_build.sh base benchmarks/prototypes/flat_base_s36.patch \
-  inst benchmarks/prototypes/flat_rows_inst_s36.patch || exit 1
-echo "built at $((SECONDS - START)) s"
+source benchmarks/prototypes/ab_env.sh base benchmarks/prototypes/flat_base_s36.patch \
+  inst benchmarks/prototypes/flat_rows_inst_s36.patch
 SH=32x256x12x12,16x256x12x12,16x256x16x16,32x256x10x10
 timeout 100 python3 benchmarks/prototypes/pdl_ab_s21.py base=/tmp/vab/base/instance_norm.py lanes=instance_norm.py \
   inst=/tmp/vab/inst/instance_norm.py --rounds 2 --cases fwd,train --shapes $SH --dtypes float32,bfloat16 \
