@@ -202,6 +202,7 @@ inline constexpr int kFlatThreads = 256;         // flat: a CTA's size
 inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's values, at most (up to G = 32)
 inline constexpr int kFlatRowValues = 8;         // flat forward, register rows: values a thread holds
 inline constexpr int kFlatRowsLanesPerSm = 512;  // flat forward: register rows while N*C*G <= this * SMs
+inline constexpr int kFlatRowsAnyGrid = 4;       // ... or while H*W <= this (one lane's 16 bytes at most)
 inline constexpr int kFlatMaxPerThread = 128;    // flat: ... in any plan (its float32 sums run in sequence: a
                                                  // plan of G = 1 on 4096 elements missed 1e-5 in the stats)
 inline constexpr int kFlatMaxSize = kWarpSize * kFlatMaxPerThread;  // flat: the largest instance; a CTA's span
@@ -308,6 +309,7 @@ struct FlatShape {
   int instances;     // consecutive instances per CTA (the last CTA may have fewer)
   int group;         // G threads per instance in the reduction
   int span_vectors;  // shared-memory vectors per input: a span of `instances` instances plus its edges
+  int rows;          // 1: the forward's register rows (flat_kernel<Op, true>; G * kFlatRowValues >= M)
 };
 
 // Grid, block and dynamic shared memory the host chose for an on-chip or stream plan.
@@ -594,6 +596,14 @@ template <typename acc_t> struct Stats {
 template <typename acc_t>
 __device__ __forceinline__ acc_t inverse_count(acc_t n) {
   return acc_t(1) / n;
+}
+
+// The corrected two-sweep's last step: d and q are the sums of (x - mean0) and of its squares over n
+// values (mean0: the first sweep's mean, inv_n = 1 / n). m2 is clamped at 0, NaN included.
+template <typename acc_t>
+__device__ __forceinline__ Stats<acc_t> shifted_stats(acc_t mean0, acc_t d, acc_t q, acc_t n, acc_t inv_n) {
+  const acc_t m2 = q - d * d * inv_n;
+  return {mean0 + d * inv_n, m2 > acc_t(0) ? m2 : acc_t(0), n};
 }
 
 // x / n correctly rounded (as IEEE division gives it) without a division: the product with the
@@ -1102,8 +1112,7 @@ __device__ __forceinline__ Stats<typename Elem<T>::acc> thread_stats(const Vecto
       }
     }
   }
-  const acc_t m2 = q - d * d * inv_n;
-  return {mean0 + d * inv_n, m2 > acc_t(0) ? m2 : acc_t(0), n};
+  return shifted_stats(mean0, d, q, n, inv_n);
 }
 
 // The forward: statistics of x, then y = act(((x - mean) * rstd) * weight + bias) (+ residual).
@@ -1157,8 +1166,7 @@ struct Forward {
       d += e;
       q += e * e;
     }
-    const acc_t m2 = q - d * d * inv_n;
-    return {mean0 + d * inv_n, m2 > acc_t(0) ? m2 : acc_t(0), n};
+    return shifted_stats(mean0, d, q, n, inv_n);
   }
   // Values get(0, k), k < count, of one instance read one by one (the flat kernels, from shared
   // memory): the same corrected two-sweep.
@@ -1178,8 +1186,7 @@ struct Forward {
       d += e;
       q += e * e;
     }
-    const acc_t m2 = q - d * d * inv_n;
-    return {mean0 + d * inv_n, m2 > acc_t(0) ? m2 : acc_t(0), n};
+    return shifted_stats(mean0, d, q, n, inv_n);
   }
   __device__ static acc_t rstd_of(const Params<T>& p, const Partial& total) {
     return rsqrt(divide_by_count(total.m2, static_cast<acc_t>(p.instance_size)) + p.eps);
@@ -1742,7 +1749,9 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
 // sequence; the group's first thread leaves the instance's coefficients in shared memory; and every
 // thread maps the vectors it copied through the coefficients of their elements' instances and
 // stores them. One launch, one read, and few instructions per element: the reduction costs a few per
-// value, not a butterfly per handful of values.
+// value, not a butterfly per handful of values. The forward with instance statistics on small grids
+// takes register rows instead (G lanes an instance, 8 values each loaded from global memory, butterfly
+// sums, element stores: flat_kernel<Op, true>, and flat_shape's cut).
 // =====================================================================================
 
 // Butterfly over groups of G lanes (a power of two up to a warp) in a fixed order; every lane ends
@@ -1766,8 +1775,12 @@ __device__ __forceinline__ void prefetch_channel(const ChannelVector& v, int64_t
   asm volatile("prefetch.global.L1 [%0];\n" ::"l"(at));
 }
 
-template <class Op>
+// kRows: the register rows alone (the host launches this instance where FlatShape.rows says), so that the
+// span path keeps its own registers (the two in one kernel took 40-48 against 37-40, one with a 4-byte
+// spill, review of the thirty-second session: 6 -> 5 CTAs an SM past the cut too).
+template <class Op, bool kRows = false>
 __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::T> p, FlatShape shape) {
+  static_assert(!kRows || (Op::kInputs == 1 && !Op::kCoefKnown), "rows: the instance-statistics forward");
   allow_dependent_grid();  // the per-channel reduction that may follow (channel sums, running statistics)
   using T = typename Op::T;
   using acc_t = typename Op::acc_t;
@@ -1786,179 +1799,184 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
   const int vectors = static_cast<int>((end + kVec - 1) / kVec - vbegin);
   const int head = static_cast<int>(begin - vbegin * kVec);  // span element e is shared element head + e
 
-  // 1. The span into shared memory: whole vectors by cp.async, the elements of the (at most two)
-  //    edge vectors that belong to the span one by one.
-#pragma unroll
-  for (int t = 0; t < Op::kInputs; ++t) {
-    const T* in = Op::input(p, t);
-    uint4* held = flat_storage + t * shape.span_vectors;
-    for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
-      const int64_t e0 = (vbegin + v) * kVec;
-      if (e0 >= begin && e0 + kVec <= end) {
-        const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(held + v));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(in + e0) : "memory");
-      } else {
-        T* elements = reinterpret_cast<T*>(held + v);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) {
-          if (e0 + j >= begin && e0 + j < end) elements[j] = in[e0 + j];
-        }
-      }
-    }
-  }
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-
-  // 2. Instance q of the span belongs to threads [q * G, (q + 1) * G) (the host gives a CTA at most
-  //    blockDim / G instances). What the reduction needs from global memory besides the span (the
-  //    backward's statistics, weight and bias) is requested before waiting for the span.
+  // Instance q of the span belongs to threads [q * G, (q + 1) * G) (the host gives a CTA at most
+  // blockDim / G instances).
   const int G = shape.group;
   const int q = threadIdx.x / G;
   const int local = threadIdx.x - q * G;
   const bool active = q < count;
   const int64_t instance = first + (active ? q : 0);
-  const typename Op::Known known = Op::known(p, instance);
-  if (Op::kInputs == 1 && active && local == 0) {  // the forward reads weight and bias after the reduction
-    prefetch_channel(p.weight, instance % p.channels);
-    prefetch_channel(p.bias, instance % p.channels);
-  }
-  wait_async_copies();
-  __syncthreads();
 
-  // Register rows (the forward with instance statistics, where G * kFlatRowValues >= M; the host's
-  // default G for the forward): thread `local` of instance q holds the instance's values local + k * G
-  // in registers, read from shared memory once. The sums go round the G lanes by butterfly (every lane
-  // ends with the same bits: each level adds the same two values), every lane computes the coefficients,
-  // and each stores its own values (4- or 2-byte stores, as quack's LayerNorm does at such rows): no
-  // second barrier, no map over vectors (proposal A of benchmarks/NOTES.md, thirty-first session; kept in
-  // the thirty-second, where flat_shape gives this G only to small grids).
-  if constexpr (Op::kInputs == 1 && !Op::kCoefKnown) {
-    if (M <= G * kFlatRowValues) {  // launch parameters only: uniform over the grid
-      const T* row = reinterpret_cast<const T*>(flat_storage) + head + (active ? q : 0) * M;
-      acc_t v[kFlatRowValues];
-      acc_t sum = 0;
+  // Register rows (kRows: the forward with instance statistics, launched where the host's FlatShape.rows
+  // says: G * kFlatRowValues >= M, with the forward's default G on small grids or a plan's G): thread
+  // `local` of instance q holds the instance's values local + k * G in registers, loaded straight from
+  // global memory (no span, no barrier: each lane waits only for its own loads, as quack's LayerNorm at
+  // such rows). The sums go round the G lanes by butterfly (every lane ends with the same bits: each
+  // level adds the same two values), every lane computes the coefficients, and each stores its own
+  // values (4- or 2-byte stores, as quack's LayerNorm does): no map over vectors (proposal A of
+  // benchmarks/NOTES.md, thirty-first session; kept in the thirty-second for small grids).
+  if constexpr (kRows) {
+    const typename Op::Known known = Op::known(p, instance);
+    if (active && local == 0) {  // read after the reduction: asked for now
+      prefetch_channel(p.weight, instance % p.channels);
+      prefetch_channel(p.bias, instance % p.channels);
+    }
+    const T* row = Op::input(p, 0) + begin + int64_t(active ? q : 0) * M;
+    acc_t v[kFlatRowValues];
+    acc_t sum = 0;
+#pragma unroll
+    for (int k = 0; k < kFlatRowValues; ++k) {
+      const int j = local + k * G;
+      v[k] = active && j < M ? Elem<T>::to_acc(row[j]) : acc_t(0);
+      sum += v[k];
+    }
+    for (int o = G >> 1; o > 0; o >>= 1) sum += shfl_xor(sum, o);  // sums: no operand order
+    const acc_t n = static_cast<acc_t>(M);
+    const acc_t inv_n = inverse_count(n);
+    const acc_t mean0 = sum * inv_n;
+    acc_t d = 0, q2 = 0;
+#pragma unroll
+    for (int k = 0; k < kFlatRowValues; ++k) {
+      const acc_t e = active && local + k * G < M ? v[k] - mean0 : acc_t(0);
+      d += e;
+      q2 += e * e;
+    }
+    for (int o = G >> 1; o > 0; o >>= 1) {
+      d += shfl_xor(d, o);
+      q2 += shfl_xor(q2, o);
+    }
+    // m2 clamped at 0 as every other partial's (NaN included), so that an instance's statistics do not
+    // depend on which side of the cut its grid falls.
+    const Partial total = shifted_stats(mean0, d, q2, n, inv_n);
+    if (!active) return;
+    const Coef c = Op::coef(p, instance, total, known);
+    if (local == 0) Op::publish(p, instance, total, known);
+    const int64_t at = begin + int64_t(q) * M;
+    const T* residual = residual_at<Op>(p, at);
+    with_op_activation<Op>(p, [&](auto tag) {
+      constexpr Family F = decltype(tag)::kFamily;
 #pragma unroll
       for (int k = 0; k < kFlatRowValues; ++k) {
         const int j = local + k * G;
-        v[k] = active && j < M ? Elem<T>::to_acc(row[j]) : acc_t(0);
-        sum += v[k];
-      }
-      for (int o = G >> 1; o > 0; o >>= 1) sum += shfl_xor(sum, o);
-      const acc_t n = static_cast<acc_t>(M);
-      const acc_t inv_n = inverse_count(n);
-      const acc_t mean0 = sum * inv_n;
-      acc_t d = 0, q2 = 0;
-#pragma unroll
-      for (int k = 0; k < kFlatRowValues; ++k) {
-        const acc_t e = active && local + k * G < M ? v[k] - mean0 : acc_t(0);
-        d += e;
-        q2 += e * e;
-      }
-      for (int o = G >> 1; o > 0; o >>= 1) {
-        d += shfl_xor(d, o);
-        q2 += shfl_xor(q2, o);
-      }
-      // Clamped below at 0 but NaN kept (an instance with NaN or inf publishes NaN statistics, as eager's).
-      const acc_t m2 = q2 - d * d * inv_n;
-      const Partial total{mean0 + d * inv_n, m2 < acc_t(0) ? acc_t(0) : m2, n};
-      if (!active) return;
-      const Coef c = Op::coef(p, instance, total, known);
-      if (local == 0) Op::publish(p, instance, total, known);
-      const int64_t at = begin + int64_t(q) * M;
-      const T* residual = residual_at<Op>(p, at);
-      with_op_activation<Op>(p, [&](auto tag) {
-        constexpr Family F = decltype(tag)::kFamily;
-#pragma unroll
-        for (int k = 0; k < kFlatRowValues; ++k) {
-          const int j = local + k * G;
-          if (j < M) {
-            const acc_t x[1] = {v[k]};
-            acc_t o = Op::template apply<F>(c, x, p.act);
-            if (residual != nullptr) o += scalar_at(residual, j);
-            p.out[at + j] = Elem<T>::from_acc(o);
-          }
+        if (j < M) {
+          const acc_t x[1] = {v[k]};
+          acc_t o = Op::template apply<F>(c, x, p.act);
+          if (residual != nullptr) o += scalar_at(residual, j);
+          p.out[at + j] = Elem<T>::from_acc(o);
         }
-      });
-      return;
-    }
-  }
-
-  // Thread `local` takes the instance's elements local, local + G, ...; where M is even they start
-  // rotated by q * G, so that the lanes of a warp (instances M apart) fall in different banks.
-  const int rot = (M & 1) ? 0 : (q * G) % M;
-  const int own = active ? (M - local + G - 1) / G : 0;
-  Partial s{};
-  if constexpr (!Op::kCoefKnown) {  // running statistics need no reduction
-    with_op_activation<Op>(p, [&](auto tag) {
-      auto get = [&](int t, int k) {
-        int j = local + k * G + rot;
-        j -= j >= M ? M : 0;
-        return Elem<T>::to_acc(reinterpret_cast<const T*>(flat_storage + t * shape.span_vectors)[head + q * M + j]);
-      };
-      s = Op::template sequence_partial<decltype(tag)::kFamily>(get, own, known);
+      }
     });
-    s = group_reduce(s, G);
-  }
-  if (active && local == 0) {
-    coefs[q] = Op::coef(p, instance, s, known);
-    if constexpr (!Op::kCoefKnown) Op::publish(p, instance, s, known);
-  }
-  __syncthreads();
-
-  // 3. The element map over the vectors this thread copied. An element's instance comes from a
-  //    running remainder, started per vector by a float reciprocal. That is exact here: the quotient
-  //    (rel + 0.5) / M is at most 256 (instances per CTA), so its rounding error, below 256 * 2^-22,
-  //    stays under its distance to the next integer, at least 0.5 / M >= 0.5 / kFlatMaxSize.
-  const float inv_m = 1.0f / static_cast<float>(M);
-  const T* residual = residual_at<Op>(p, 0);
-  with_op_activation<Op>(p, [&](auto tag) {
-    constexpr Family F = decltype(tag)::kFamily;
-    for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
-      const int64_t e0 = (vbegin + v) * kVec;
-      const bool whole = e0 >= begin && e0 + kVec <= end;
-      const int lo = v == 0 ? head : 0;  // the first element of this vector inside the span
-      const int rel = v * kVec + lo - head;
-      int qi = static_cast<int>((static_cast<float>(rel) + 0.5f) * inv_m);
-      int r = rel - qi * M;
-      Coef c = coefs[qi];
-      uint4 raw[Op::kInputs];
+  } else {  // the span path
+    // 1. The span into shared memory: whole vectors by cp.async, the elements of the (at most two)
+    //    edge vectors that belong to the span one by one.
 #pragma unroll
-      for (int t = 0; t < Op::kInputs; ++t) raw[t] = flat_storage[t * shape.span_vectors + v];
-      acc_t out[kVec];
+    for (int t = 0; t < Op::kInputs; ++t) {
+      const T* in = Op::input(p, t);
+      uint4* held = flat_storage + t * shape.span_vectors;
+      for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
+        const int64_t e0 = (vbegin + v) * kVec;
+        if (e0 >= begin && e0 + kVec <= end) {
+          const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(held + v));
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(in + e0) : "memory");
+        } else {
+          T* elements = reinterpret_cast<T*>(held + v);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) {
-        if (j >= lo) {
-          if (r == M) {  // the next instance starts here
-            r = 0;
-            if (++qi < count) c = coefs[qi];
+          for (int j = 0; j < kVec; ++j) {
+            if (e0 + j >= begin && e0 + j < end) elements[j] = in[e0 + j];
           }
-          ++r;
         }
-        acc_t x[Op::kInputs];
-#pragma unroll
-        for (int t = 0; t < Op::kInputs; ++t) x[t] = Elem<T>::get(raw[t], j);
-        out[j] = Op::template apply<F>(c, x, p.act);
       }
-      if (whole) {
-        if constexpr (Op::kResidual) {
-          if (residual != nullptr) {
-            const uint4 rv = __ldcs(reinterpret_cast<const uint4*>(residual + e0));
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+
+    // 2. What the reduction needs from global memory besides the span (the backward's statistics,
+    //    weight and bias) is requested before waiting for the span.
+    const typename Op::Known known = Op::known(p, instance);
+    if (Op::kInputs == 1 && active && local == 0) {  // the forward reads weight and bias after the reduction
+      prefetch_channel(p.weight, instance % p.channels);
+      prefetch_channel(p.bias, instance % p.channels);
+    }
+    wait_async_copies();
+    __syncthreads();
+
+    // Thread `local` takes the instance's elements local, local + G, ...; where M is even they start
+    // rotated by q * G, so that the lanes of a warp (instances M apart) fall in different banks.
+    const int rot = (M & 1) ? 0 : (q * G) % M;
+    const int own = active ? (M - local + G - 1) / G : 0;
+    Partial s{};
+    if constexpr (!Op::kCoefKnown) {  // running statistics need no reduction
+      with_op_activation<Op>(p, [&](auto tag) {
+        auto get = [&](int t, int k) {
+          int j = local + k * G + rot;
+          j -= j >= M ? M : 0;
+          return Elem<T>::to_acc(reinterpret_cast<const T*>(flat_storage + t * shape.span_vectors)[head + q * M + j]);
+        };
+        s = Op::template sequence_partial<decltype(tag)::kFamily>(get, own, known);
+      });
+      s = group_reduce(s, G);
+    }
+    if (active && local == 0) {
+      coefs[q] = Op::coef(p, instance, s, known);
+      if constexpr (!Op::kCoefKnown) Op::publish(p, instance, s, known);
+    }
+    __syncthreads();
+
+    // 3. The element map over the vectors this thread copied. An element's instance comes from a
+    //    running remainder, started per vector by a float reciprocal. That is exact here: the quotient
+    //    (rel + 0.5) / M is at most 256 (instances per CTA), so its rounding error, below 256 * 2^-22,
+    //    stays under its distance to the next integer, at least 0.5 / M >= 0.5 / kFlatMaxSize.
+    const float inv_m = 1.0f / static_cast<float>(M);
+    const T* residual = residual_at<Op>(p, 0);
+    with_op_activation<Op>(p, [&](auto tag) {
+      constexpr Family F = decltype(tag)::kFamily;
+      for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
+        const int64_t e0 = (vbegin + v) * kVec;
+        const bool whole = e0 >= begin && e0 + kVec <= end;
+        const int lo = v == 0 ? head : 0;  // the first element of this vector inside the span
+        const int rel = v * kVec + lo - head;
+        int qi = static_cast<int>((static_cast<float>(rel) + 0.5f) * inv_m);
+        int r = rel - qi * M;
+        Coef c = coefs[qi];
+        uint4 raw[Op::kInputs];
 #pragma unroll
-            for (int j = 0; j < kVec; ++j) out[j] += Elem<T>::get(rv, j);
-          }
-        }
-        __stcs(reinterpret_cast<uint4*>(p.out + e0), Elem<T>::pack(out));
-      } else {
+        for (int t = 0; t < Op::kInputs; ++t) raw[t] = flat_storage[t * shape.span_vectors + v];
+        acc_t out[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          if (e0 + j >= begin && e0 + j < end) {
-            acc_t o = out[j];
-            if (residual != nullptr) o += scalar_at(residual, e0 + j);
-            p.out[e0 + j] = Elem<T>::from_acc(o);
+          if (j >= lo) {
+            if (r == M) {  // the next instance starts here
+              r = 0;
+              if (++qi < count) c = coefs[qi];
+            }
+            ++r;
+          }
+          acc_t x[Op::kInputs];
+#pragma unroll
+          for (int t = 0; t < Op::kInputs; ++t) x[t] = Elem<T>::get(raw[t], j);
+          out[j] = Op::template apply<F>(c, x, p.act);
+        }
+        if (whole) {
+          if constexpr (Op::kResidual) {
+            if (residual != nullptr) {
+              const uint4 rv = __ldcs(reinterpret_cast<const uint4*>(residual + e0));
+#pragma unroll
+              for (int j = 0; j < kVec; ++j) out[j] += Elem<T>::get(rv, j);
+            }
+          }
+          __stcs(reinterpret_cast<uint4*>(p.out + e0), Elem<T>::pack(out));
+        } else {
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) {
+            if (e0 + j >= begin && e0 + j < end) {
+              acc_t o = out[j];
+              if (residual != nullptr) o += scalar_at(residual, e0 + j);
+              p.out[e0 + j] = Elem<T>::from_acc(o);
+            }
           }
         }
       }
-    }
-  });
+    });
+  }
 }
 
 // =====================================================================================
@@ -3105,6 +3123,16 @@ auto with_op(DType dtype, Direction direction, Source source, bool epilogue, F&&
   }
 }
 
+// The flat kernel's register rows for Op, where it has them (the instance-statistics forward).
+template <class Op>
+const void* flat_rows_kernel() {
+  if constexpr (Elem<typename Op::T>::kVec >= 4 && Op::kInputs == 1 && !Op::kCoefKnown) {
+    return reinterpret_cast<const void*>(&flat_kernel<Op, true>);
+  } else {
+    return nullptr;
+  }
+}
+
 template <class Op>
 const void* typed_kernel_for(const Plan& plan) {
   using T = typename Op::T;
@@ -3265,15 +3293,16 @@ cudaError_t launch_typed(const Plan& plan, const Problem& pr, const Launch& laun
   if (plan.regime == Regime::kMultiCta) return launch_chunks<Op>(pr, launch, workspace, stream);
   if (plan.regime == Regime::kClSplit) return launch_cl_split<Op>(pr, launch, workspace, stream);
   // Kernels taking (Params, a shape struct) without clusters: flat and cl_onchip.
-  auto launch_plain = [&](auto shape) {
-    const void* kernel = typed_kernel_for<Op>(plan);
+  auto launch_plain = [&](auto shape, const void* kernel) {
     if (kernel == nullptr) return cudaErrorInvalidValue;
     Params<typename Op::T> p = params_of<typename Op::T>(pr);
     void* args[] = {&p, &shape};
     return cudaLaunchKernel(kernel, dim3(launch.grid), dim3(launch.block), args, launch.smem, stream);
   };
-  if (plan.regime == Regime::kFlat) return launch_plain(launch.flat);
-  if (plan.regime == Regime::kClOnchip) return launch_plain(launch.cl);
+  if (plan.regime == Regime::kFlat) {
+    return launch_plain(launch.flat, launch.flat.rows ? flat_rows_kernel<Op>() : typed_kernel_for<Op>(plan));
+  }
+  if (plan.regime == Regime::kClOnchip) return launch_plain(launch.cl, typed_kernel_for<Op>(plan));
   const void* kernel = typed_kernel_for<Op>(plan);
   if (kernel == nullptr) return cudaErrorInvalidValue;
   Params<typename Op::T> p = params_of<typename Op::T>(pr);
@@ -3692,9 +3721,10 @@ int64_t flat_most_instances(DType dtype, int64_t instance_size, int group) {
 // names them; otherwise G doubles from 1 while a thread would hold more than kFlatPerThread values
 // (up to a warp), and the grid has about kFlatCtasPerSm CTAs per SM when there are instances for
 // it; always at most kFlatSpanBytes per input and kFlatThreads / G instances per CTA.
-// `instances_total` 0 asks for the largest span (the refusal's bound).
+// `instances_total` 0 asks for the largest span (the refusal's bound, with `rows` false: the smaller G).
 // `rows`: the forward with instance statistics (flat_kernel's register rows); running statistics keep the
-// other rule's G (they reduce nothing, and a smaller G holds more instances a CTA).
+// other rule's G (they reduce nothing, and a smaller G holds more instances a CTA). The kernel takes the
+// rows where `s.rows` says: the rows' default G below, or a plan's G (tune.py times both paths that way).
 FlatShape flat_shape(DType dtype, bool rows, int64_t instance_size, int64_t instances_total, int sms,
                      const Plan& plan) {
   const int vec = vector_width(dtype);
@@ -3707,15 +3737,23 @@ FlatShape flat_shape(DType dtype, bool rows, int64_t instance_size, int64_t inst
   // Only while the grid stays small (N*C*G lanes up to kFlatRowsLanesPerSm an SM): with more instances
   // the rows' G holds fewer of them a CTA and leaves lanes idle past M (H200, forward, graph replay,
   // thirty-second session: 0.69-0.91x the other G's time at up to 65536 lanes, 8192 instances; at 131072
-  // lanes 0.88x at 12x12 but 1.05x at 7x7; 1.21-1.54x at 262144 lanes and more). A cut by instances
-  // (8448) instead lost 1.21x at (32, 256, 12, 12).
+  // lanes 0.88x at 12x12 but 1.05x at 7x7; 1.01-1.54x at 262144 lanes and more). A cut by instances
+  // (8448) instead lost 1.21x at (32, 256, 12, 12). Up to 8 elements (G = 1 either way) the cut decides
+  // the path alone, except up to kFlatRowsAnyGrid elements, where a lane's row is at most 16 bytes and the
+  // rows win on any grid (thirty-third session, graph replay, (1024, 256, 2, 2): 0.91x / 0.81x the span
+  // path's time in float32 / bfloat16; at 6 and 7 elements the rows lost 1.2-1.9x past the cut).
+  bool rows_group = false;
   if (rows && plan.threads == 0 && M <= int64_t(kWarpSize) * kFlatRowValues) {
     int g = 1;
     while (int64_t(g) * kFlatRowValues < M) g *= 2;
-    const bool few = instances_total * g <= int64_t(kFlatRowsLanesPerSm) * sms;
-    if (few && plan.vectors <= kFlatThreads / g) s.group = g;
+    const bool few = M <= kFlatRowsAnyGrid || instances_total * g <= int64_t(kFlatRowsLanesPerSm) * sms;
+    if (few && plan.vectors <= kFlatThreads / g) {
+      s.group = g;
+      rows_group = true;
+    }
   }
   if (plan.threads != 0) s.group = plan.threads;
+  s.rows = rows && (rows_group || plan.threads != 0) && int64_t(s.group) * kFlatRowValues >= M ? 1 : 0;
   const int64_t most = flat_most_instances(dtype, M, s.group);
   const int64_t per_sm = kFlatCtasPerSm;
   const int64_t want = instances_total > 0 ? (instances_total + per_sm * sms - 1) / (per_sm * sms) : most;
@@ -3857,7 +3895,7 @@ std::string refusal(DType dtype, Direction direction, const Plan& plan, const Sh
       return "a flat plan holds instances of up to " + std::to_string(kFlatMaxSize) + " elements, not " +
              std::to_string(instance_size);
     }
-    const FlatShape s = flat_shape(dtype, direction == Direction::kForward, instance_size, 0, 1, plan);
+    const FlatShape s = flat_shape(dtype, false, instance_size, 0, 1, plan);
     if (instance_size > int64_t(s.group) * kFlatMaxPerThread) {
       return describe(plan) + " gives each reducing thread at most " + std::to_string(kFlatMaxPerThread) +
              " values: instances of up to " + std::to_string(int64_t(s.group) * kFlatMaxPerThread) + " elements";
@@ -4374,10 +4412,13 @@ void run(const Plan& plan, const Problem& problem) {
     launch.flat = flat_shape(problem.dtype, problem.direction == Direction::kForward && problem.source == Source::kInstance,
                              problem.instance_size, P, device_info().sms, plan);
     launch.block = kFlatThreads;
+    // The rows read global memory straight (no span): no shared memory. The check below asks the span
+    // kernel, as the refusal does (the rows' kernel has no shared memory and fits wherever one CTA does).
     launch.smem = static_cast<int>(flat_smem(launch.flat, problem.dtype, problem.direction));
     IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan), 1, launch.block,
                             launch.smem) > 0,
              "instance_norm: plan ", describe(plan), " cannot run on this device");
+    if (launch.flat.rows) launch.smem = 0;
     const int64_t units = (P + launch.flat.instances - 1) / launch.flat.instances;
     IN_CHECK(units <= int64_t(std::numeric_limits<int>::max()),
              "instance_norm: too many instances (", std::to_string(P), ") for one launch");
