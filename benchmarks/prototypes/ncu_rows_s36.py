@@ -1,5 +1,5 @@
 """Thirty-second session (prepared for the next): Nsight Compute of the flat forward's two paths, the committed
-file (register rows within the cut) against the same file without the cut (flat_unruled_s36.patch, built at
+file (register rows within the cut) against the same file without the cut (flat_unruled_s36.patch; flat_unruled_s37.patch from the thirty-third session, built at
 /tmp/vab/unruled by patch_ab_build.sh), where the uncut rows lost (fp32 (64,256,7,7) 1.05x, (64,256,12,12)
 1.33x, graph replay, s36/call2-3) and where they won past the cut ((16,256,12,12) 0.88x). One no-grad call of
 each after a warm call:
