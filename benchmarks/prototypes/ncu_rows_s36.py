@@ -23,7 +23,9 @@ def load(path, name):
     return m
 
 
-files = {"cut": load("instance_norm.py", "cut"), "uncut": load("/tmp/vab/unruled/instance_norm.py", "uncut")}
+# Thirty-third session: other files as arguments, NAME=PATH ... (default: the two above).
+pairs = [a.split("=", 1) for a in sys.argv[1:]] or [("cut", "instance_norm.py"), ("uncut", "/tmp/vab/unruled/instance_norm.py")]
+files = {name: load(path, name) for name, path in pairs}
 for dtype, shape in [(torch.float32, (64, 256, 7, 7)), (torch.bfloat16, (64, 256, 7, 7)),
                      (torch.float32, (64, 256, 12, 12)), (torch.float32, (16, 256, 12, 12))]:
     x = torch.randn(shape, device="cuda", dtype=dtype)
