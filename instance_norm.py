@@ -203,6 +203,9 @@ inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's v
 inline constexpr int kFlatRowValues = 8;         // flat forward, register rows: values a thread holds
 inline constexpr int kFlatRowsLanesPerSm = 512;  // flat forward: register rows while N*C*G <= this * SMs
 inline constexpr int kFlatRowsAnyGrid = 4;       // ... or while H*W <= this (one lane's 16 bytes at most)
+inline constexpr int kFlatRowsWideLanesPerSm = 1024;  // ... or, with G >= 2, while N*C*G <= this * SMs
+inline constexpr int kFlatRowsFullQuarters = 3;  // ... or, with G >= 2, on any grid while H*W fills this
+                                                 // many quarters of the G * kFlatRowValues slots at least
 inline constexpr int kFlatMaxPerThread = 128;    // flat: ... in any plan (its float32 sums run in sequence: a
                                                  // plan of G = 1 on 4096 elements missed 1e-5 in the stats)
 inline constexpr int kFlatMaxSize = kWarpSize * kFlatMaxPerThread;  // flat: the largest instance; a CTA's span
@@ -611,11 +614,15 @@ __device__ __forceinline__ Stats<acc_t> shifted_stats(acc_t mean0, acc_t d, acc_
 // rounded reciprocal the corrected quotient is the correctly rounded one). A zero or tiny x takes
 // no slow path. Where bits matter: Chan's merge weight (equal halves weigh exactly 0.5, so an
 // alternating +-1 instance split by parity stays exact) and the variance m2 / M (m2 == M gives 1).
+// r: inverse_count(n), where the caller has it already.
 template <typename acc_t>
-__device__ __forceinline__ acc_t divide_by_count(acc_t x, acc_t n) {
-  const acc_t r = inverse_count(n);
+__device__ __forceinline__ acc_t divide_by_count(acc_t x, acc_t n, acc_t r) {
   const acc_t q = x * r;
   return fma(fma(-q, n, x), r, q);
+}
+template <typename acc_t>
+__device__ __forceinline__ acc_t divide_by_count(acc_t x, acc_t n) {
+  return divide_by_count(x, n, inverse_count(n));
 }
 
 // Chan et al.'s pairwise merge of `a` with a partial of count nb and sum of squares m2 whose mean is
@@ -1191,9 +1198,15 @@ struct Forward {
   __device__ static acc_t rstd_of(const Params<T>& p, const Partial& total) {
     return rsqrt(divide_by_count(total.m2, static_cast<acc_t>(p.instance_size)) + p.eps);
   }
-  __device__ static Coef coef_from(const Params<T>& p, int64_t instance, acc_t mean, acc_t rstd) {
-    const int64_t channel = instance % p.channels;
+  // rstd_of with the count (p.instance_size) and its reciprocal at hand: the same bits.
+  __device__ static acc_t rstd_of_count(const Params<T>& p, const Partial& total, acc_t n, acc_t inv_n) {
+    return rsqrt(divide_by_count(total.m2, n, inv_n) + p.eps);
+  }
+  __device__ static Coef coef_of_channel(const Params<T>& p, int64_t channel, acc_t mean, acc_t rstd) {
     return {mean, rstd * channel_value(p.weight, channel, acc_t(1)), channel_value(p.bias, channel, acc_t(0))};
+  }
+  __device__ static Coef coef_from(const Params<T>& p, int64_t instance, acc_t mean, acc_t rstd) {
+    return coef_of_channel(p, instance % p.channels, mean, rstd);
   }
   __device__ static Coef coef(const Params<T>& p, int64_t instance, const Partial& total, const Known&) {
     if constexpr (kSource == Source::kRunning) {
@@ -1775,6 +1788,16 @@ __device__ __forceinline__ void prefetch_channel(const ChannelVector& v, int64_t
   asm volatile("prefetch.global.L1 [%0];\n" ::"l"(at));
 }
 
+// The same pointer, opaque to the compiler: ptr[j] with a 32-bit j then costs one wide multiply-add,
+// not the 64-bit add, sign extension and shift per element that folding ptr's own offset into j's gives
+// (the loads and stores become generic ones: __builtin_assume(__isGlobal(ptr)) did not bring LDG back).
+template <typename P>
+__device__ __forceinline__ P* opaque_pointer(P* ptr) {
+  uintptr_t bits = reinterpret_cast<uintptr_t>(ptr);
+  asm("" : "+l"(bits));
+  return reinterpret_cast<P*>(bits);
+}
+
 // kRows: the register rows alone (the host launches this instance where FlatShape.rows says), so that the
 // span path keeps its own registers (the two in one kernel took 40-48 against 37-40, one with a 4-byte
 // spill, review of the thirty-second session: 6 -> 5 CTAs an SM past the cut too).
@@ -1801,9 +1824,9 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
 
   // Instance q of the span belongs to threads [q * G, (q + 1) * G) (the host gives a CTA at most
   // blockDim / G instances).
-  const int G = shape.group;
-  const int q = threadIdx.x / G;
-  const int local = threadIdx.x - q * G;
+  const int G = shape.group;  // a power of two (flat_shape, kFlatGroupChoices): shifts, not a division
+  const int q = threadIdx.x >> (31 - __clz(G));
+  const int local = threadIdx.x & (G - 1);
   const bool active = q < count;
   const int64_t instance = first + (active ? q : 0);
 
@@ -1816,18 +1839,26 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
   // values (4- or 2-byte stores, as quack's LayerNorm does): no map over vectors (proposal A of
   // benchmarks/NOTES.md, thirty-first session; kept in the thirty-second for small grids).
   if constexpr (kRows) {
+    // Lean on instructions: at these sizes a warp's one dependent chain (load, butterflies,
+    // coefficients, store) bounds the kernel, not bandwidth (ncu, thirty-third session: DRAM at 5-10 %,
+    // ~465 instructions a warp at 7x7). So the channel is divided out once, the row's pointers are
+    // formed once and indexed in 32 bits (opaque_pointer), and the loads are unpredicated (the index
+    // clamped into the row, the value masked after), so that all eight issue back to back.
     const typename Op::Known known = Op::known(p, instance);
+    const int64_t channel = instance % p.channels;
     if (active && local == 0) {  // read after the reduction: asked for now
-      prefetch_channel(p.weight, instance % p.channels);
-      prefetch_channel(p.bias, instance % p.channels);
+      prefetch_channel(p.weight, channel);
+      prefetch_channel(p.bias, channel);
     }
-    const T* row = Op::input(p, 0) + begin + int64_t(active ? q : 0) * M;
+    const int64_t at = begin + int64_t(active ? q : 0) * M;
+    const T* row = opaque_pointer(Op::input(p, 0) + at);
     acc_t v[kFlatRowValues];
+#pragma unroll
+    for (int k = 0; k < kFlatRowValues; ++k) v[k] = Elem<T>::to_acc(row[min(local + k * G, M - 1)]);
     acc_t sum = 0;
 #pragma unroll
     for (int k = 0; k < kFlatRowValues; ++k) {
-      const int j = local + k * G;
-      v[k] = active && j < M ? Elem<T>::to_acc(row[j]) : acc_t(0);
+      if (!active || local + k * G >= M) v[k] = acc_t(0);
       sum += v[k];
     }
     for (int o = G >> 1; o > 0; o >>= 1) sum += shfl_xor(sum, o);  // sums: no operand order
@@ -1849,10 +1880,10 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     // depend on which side of the cut its grid falls.
     const Partial total = shifted_stats(mean0, d, q2, n, inv_n);
     if (!active) return;
-    const Coef c = Op::coef(p, instance, total, known);
+    const Coef c = Op::coef_of_channel(p, channel, total.mean, Op::rstd_of_count(p, total, n, inv_n));
     if (local == 0) Op::publish(p, instance, total, known);
-    const int64_t at = begin + int64_t(q) * M;
     const T* residual = residual_at<Op>(p, at);
+    T* out = opaque_pointer(p.out + at);
     with_op_activation<Op>(p, [&](auto tag) {
       constexpr Family F = decltype(tag)::kFamily;
 #pragma unroll
@@ -1862,7 +1893,7 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
           const acc_t x[1] = {v[k]};
           acc_t o = Op::template apply<F>(c, x, p.act);
           if (residual != nullptr) o += scalar_at(residual, j);
-          p.out[at + j] = Elem<T>::from_acc(o);
+          out[j] = Elem<T>::from_acc(o);
         }
       }
     });
@@ -3734,19 +3765,25 @@ FlatShape flat_shape(DType dtype, bool rows, int64_t instance_size, int64_t inst
   while (s.group < kWarpSize && int64_t(s.group) * kFlatPerThread < M) s.group *= 2;
   // The forward's default: the register rows' G (flat_kernel), where a warp's G lanes can hold the
   // instance and a CTA still takes the instances a plan names.
-  // Only while the grid stays small (N*C*G lanes up to kFlatRowsLanesPerSm an SM): with more instances
-  // the rows' G holds fewer of them a CTA and leaves lanes idle past M (H200, forward, graph replay,
-  // thirty-second session: 0.69-0.91x the other G's time at up to 65536 lanes, 8192 instances; at 131072
-  // lanes 0.88x at 12x12 but 1.05x at 7x7; 1.01-1.54x at 262144 lanes and more). A cut by instances
-  // (8448) instead lost 1.21x at (32, 256, 12, 12). Up to 8 elements (G = 1 either way) the cut decides
-  // the path alone, except up to kFlatRowsAnyGrid elements, where a lane's row is at most 16 bytes and the
-  // rows win on any grid (thirty-third session, graph replay, (1024, 256, 2, 2): 0.91x / 0.81x the span
-  // path's time in float32 / bfloat16; at 6 and 7 elements the rows lost 1.2-1.9x past the cut).
+  // Where the rows beat the span path (H200, forward, graph replay; the lean rows of the thirty-third
+  // session, whose warps run a third fewer instructions than the thirty-second's):
+  // - N*C*G up to kFlatRowsLanesPerSm lanes an SM, any G (the thirty-second session's cut; the lean rows
+  //   took 0.77-0.88x the time of the rows before them there);
+  // - up to kFlatRowsAnyGrid elements on any grid (a lane's row is at most 16 bytes; (1024, 256, 2, 2)
+  //   0.68x / 0.75x in float32 / bfloat16), but not G = 1 past the cut otherwise: at 6 and 7 elements a
+  //   lane reads a 24-28 byte row of its own, uncoalesced ((512, 256, 1, 7) 1.32x / 1.09x);
+  // - with G >= 2, up to kFlatRowsWideLanesPerSm lanes an SM ((64, 256, 7, 7) 0.72x / 0.76x, (16, 256,
+  //   12, 12) 0.69x / 0.70x), and on any grid where M fills at least kFlatRowsFullQuarters quarters of the
+  //   G * 8 slots ((128, 512, 8, 8) 0.78x / 0.90x); at 144 of 256 slots past that the idle lanes cost
+  //   more ((64, 256, 12, 12) 1.03x / 1.18x).
   bool rows_group = false;
   if (rows && plan.threads == 0 && M <= int64_t(kWarpSize) * kFlatRowValues) {
     int g = 1;
     while (int64_t(g) * kFlatRowValues < M) g *= 2;
-    const bool few = M <= kFlatRowsAnyGrid || instances_total * g <= int64_t(kFlatRowsLanesPerSm) * sms;
+    const int64_t lanes = instances_total * g;
+    const bool full = 4 * M >= int64_t(kFlatRowsFullQuarters) * g * kFlatRowValues;
+    const bool few = M <= kFlatRowsAnyGrid || lanes <= int64_t(kFlatRowsLanesPerSm) * sms ||
+                     (g >= 2 && (full || lanes <= int64_t(kFlatRowsWideLanesPerSm) * sms));
     if (few && plan.vectors <= kFlatThreads / g) {
       s.group = g;
       rows_group = true;

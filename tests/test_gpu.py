@@ -308,18 +308,21 @@ def test_flat_alternating_exact(inorm, ops, rng, dtype):
 
 @pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
 def test_flat_rows_cut(ops, rng, dtype):
-    """The flat forward's path (instance statistics) changes with the grid (kFlatRowsLanesPerSm):
-    register rows of G * 8 >= H*W values for few instances, the reduction's smaller G (the same G = 1 up
-    to 8 elements) for many, and rows on any grid up to 4 elements (kFlatRowsAnyGrid). The default plan
-    (the flat plan named past the default's 144 elements) on both sides of the cut and of the
-    instance-count cut measured against it, every rows G, against float64, outputs poisoned."""
+    """The flat forward's path (instance statistics) changes with the grid (kFlatRowsLanesPerSm, and
+    kFlatRowsWideLanesPerSm for G >= 2): register rows of G * 8 >= H*W values for few instances, the
+    reduction's smaller G (the same G = 1 up to 8 elements) for many, and rows on any grid up to 4
+    elements (kFlatRowsAnyGrid) or where H*W fills 3/4 of the G * 8 slots with G >= 2. The default plan
+    (the flat plan named past the default's 144 elements) on both sides of both cuts and of the
+    instance-count cut measured against them, every rows G, full and not, against float64, outputs
+    poisoned."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for hw in (3, 4, 6, 12, 25, 49, 100, 144, 200):
+    for hw in (3, 4, 6, 12, 25, 36, 49, 100, 144, 200):
         g = 1
         while g * 8 < hw:
             g *= 2
         plan = None if hw <= 144 else ("flat", 0, 0, 0, 0)
-        for instances in sorted({512 * sms // g, 512 * sms // g + 1, 64 * sms, 64 * sms + 1}):
+        cuts = (512 * sms // g, 1024 * sms // g, 64 * sms, 4096 * sms // g)
+        for instances in sorted({n + d for n in cuts for d in (0, 1)}):
             shape = (instances, 1) if rng.random() < 0.5 else (1, instances)
             v = make_input(shape + split_hw(hw, rng), dtype, rng)
             weight, bias = random_affine(instances if shape[1] > 1 else 1, dtype, rng)
