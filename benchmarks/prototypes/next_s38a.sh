@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Prepared in the thirty-third session: the training-step losses of the wider rows rule (s37/call5: the final
+# file consistently slower in the training step at (1024,256,4,4) 1.07x / 1.10x fp32 / bf16, bf16 (128,512,8,8)
+# and (256,512,8,8) 1.05x, fp32 (128,256,10,10) 1.03x, where the forward alone gains or ties; the forward at fp32
+# (1024,256,4,4) 1.126x). Every losing shape runs the rows on a grid of several waves (2048-4096 CTAs of 256).
+# Two candidates against the committed file:
+# - nofull (flat_rows_nofull_s37.patch): no rows on any grid by the 3/4-full clause (G >= 2 up to 1024 lanes
+#   an SM only): gives back the forward's gains at (128,512,8,8), (512,256,5,5), (128,256,10,10) if it is the rule;
+# - pdllate (flat_rows_pdllate_s37.patch): the rows trigger the dependent grid (PDL) only after their
+#   loads have landed and been summed, not at their start: tests whether the next kernel's early CTAs
+#   (the backward, in the training step) take SM slots from the rows' later waves.
+# Run on a clean tree:   run(command="bash benchmarks/prototypes/next_s38a.sh", timeout_s=600)
+set -uo pipefail
+source benchmarks/prototypes/ab_env.sh nofull benchmarks/prototypes/flat_rows_nofull_s37.patch \
+  pdllate benchmarks/prototypes/flat_rows_pdllate_s37.patch
+SH=1024x256x4x4,128x512x8x8,256x512x8x8,128x256x10x10,512x256x5x5,64x256x7x7,16x256x12x12,32x256x7x7
+timeout 200 python3 benchmarks/prototypes/pdl_ab_s21.py base=instance_norm.py nofull=/tmp/vab/nofull/instance_norm.py \
+  pdllate=/tmp/vab/pdllate/instance_norm.py --rounds 3 --cases fwd,train --shapes $SH --dtypes float32,bfloat16 > $OUT/ab.txt 2>&1
+echo "A/B rc=$? at $((SECONDS - START)) s"
+python3 benchmarks/prototypes/ab_verdict.py $OUT/ab.txt --rows 32 --worst 8 | tee $OUT/verdict.txt
+(cd $OUT && tar czf logs.tgz build*.txt device.txt && rm -f build*.txt device.txt)
