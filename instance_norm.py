@@ -206,6 +206,7 @@ inline constexpr int kFlatRowsAnyGrid = 4;       // ... or while H*W <= this (on
 inline constexpr int kFlatRowsWideLanesPerSm = 1024;  // ... or, with G >= 2, while N*C*G <= this * SMs
 inline constexpr int kFlatRowsFullQuarters = 3;  // ... or, with G >= 2, on any grid while H*W fills this
                                                  // many quarters of the G * kFlatRowValues slots at least
+inline constexpr int kFlatRowsBlock = 128;       // the default rows' CTA for G of 2 to 16 (quack's LayerNorm's)
 inline constexpr int kFlatMaxPerThread = 128;    // flat: ... in any plan (its float32 sums run in sequence: a
                                                  // plan of G = 1 on 4096 elements missed 1e-5 in the stats)
 inline constexpr int kFlatMaxSize = kWarpSize * kFlatMaxPerThread;  // flat: the largest instance; a CTA's span
@@ -313,6 +314,7 @@ struct FlatShape {
   int group;         // G threads per instance in the reduction
   int span_vectors;  // shared-memory vectors per input: a span of `instances` instances plus its edges
   int rows;          // 1: the forward's register rows (flat_kernel<Op, true>; G * kFlatRowValues >= M)
+  int block;         // threads a CTA: kFlatThreads, or kFlatRowsBlock for the default rows of G 2 to 16
 };
 
 // Grid, block and dynamic shared memory the host chose for an on-chip or stream plan.
@@ -3796,6 +3798,17 @@ FlatShape flat_shape(DType dtype, bool rows, int64_t instance_size, int64_t inst
   const int64_t want = instances_total > 0 ? (instances_total + per_sm * sms - 1) / (per_sm * sms) : most;
   s.instances = static_cast<int>(std::max<int64_t>(1, std::min(want, most)));
   if (plan.vectors != 0) s.instances = static_cast<int>(std::min<int64_t>(plan.vectors, most));
+  // The default rows of G 2 to 16 run in CTAs of kFlatRowsBlock threads (H200, forward, graph replay,
+  // thirty-fourth session, s38/call2: (32, 256, 7, 7) 0.86x / 0.86x in float32 / bfloat16, (1024, 256,
+  // 4, 4) 0.89x / 0.85x, (512, 256, 5, 5) 0.93x / 0.93x). Where the grid has instances for a few CTAs an
+  // SM, a 256-thread CTA held only half its warps' worth ((32, 256, 7, 7): 16 instances of G = 8), and
+  // elsewhere twice the CTAs balance the SMs' waves better. G = 1 keeps 256 ((1024, 256, 2, 2) 1.03x /
+  // 1.01x at 128), and so does G = 32, where 128 threads hold only 4 instances ((16, 256, 12, 12) 1.02x).
+  s.block = kFlatThreads;
+  if (rows_group && plan.vectors == 0 && s.group >= 2 && s.group <= kFlatRowsBlock / 8) {
+    s.instances = std::min(s.instances, kFlatRowsBlock / s.group);
+    s.block = kFlatRowsBlock;
+  }
   s.span_vectors = static_cast<int>((int64_t(s.instances) * M + 2 * vec - 2) / vec);
   return s;
 }
@@ -4448,7 +4461,7 @@ void run(const Plan& plan, const Problem& problem) {
   } else if (plan.regime == Regime::kFlat) {
     launch.flat = flat_shape(problem.dtype, problem.direction == Direction::kForward && problem.source == Source::kInstance,
                              problem.instance_size, P, device_info().sms, plan);
-    launch.block = kFlatThreads;
+    launch.block = launch.flat.block;
     // The rows read global memory straight (no span): no shared memory. The check below asks the span
     // kernel, as the refusal does (the rows' kernel has no shared memory and fits wherever one CTA does).
     launch.smem = static_cast<int>(flat_smem(launch.flat, problem.dtype, problem.direction));

@@ -313,10 +313,11 @@ def test_flat_rows_cut(ops, rng, dtype):
     reduction's smaller G (the same G = 1 up to 8 elements) for many, and rows on any grid up to 4
     elements (kFlatRowsAnyGrid) or where H*W fills 3/4 of the G * 8 slots with G >= 2. The default plan
     (the flat plan named past the default's 144 elements) on both sides of both cuts and of the
-    instance-count cut measured against them, every rows G, full and not, against float64, outputs
-    poisoned."""
+    instance-count cut measured against them, every rows G, full and not (G = 2 and 4 on both sides of
+    the 3/4 threshold: 11 | 12 and 23 | 25 elements; the rows of G 2 to 16 in CTAs of 128 threads,
+    kFlatRowsBlock), against float64, outputs poisoned."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for hw in (3, 4, 6, 12, 25, 36, 49, 100, 144, 200):
+    for hw in (3, 4, 6, 11, 12, 23, 25, 36, 49, 100, 144, 200):
         g = 1
         while g * 8 < hw:
             g *= 2
