@@ -22,7 +22,11 @@ flat              H*W up to 144, the backward up   whole consecutive instances p
                   to 64, any dtype (forced: 4096)  shared memory as one span of 16-byte vectors
                                                    wherever instances start; a thread (up to a
                                                    warp) reduces each instance; one read: 7x7 at
-                                                   1.5x the copy, a warp per instance took 3.7x
+                                                   1.5x the copy, a warp per instance took 3.7x;
+                                                   the forward on few instances, or ones that
+                                                   fill 3/4 of G * 8 slots: register rows (G
+                                                   lanes an instance, loaded straight from
+                                                   global memory, CTAs of 128 for G 2 to 16)
 onchip, a warp    H*W up to 1024                   several instances per CTA; warp-shuffle
 per instance                                       merges; no barrier
 onchip, a CTA     up to 32K elements (128 KB);     cp.async copies the instance into shared
@@ -1764,7 +1768,7 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
 // sequence; the group's first thread leaves the instance's coefficients in shared memory; and every
 // thread maps the vectors it copied through the coefficients of their elements' instances and
 // stores them. One launch, one read, and few instructions per element: the reduction costs a few per
-// value, not a butterfly per handful of values. The forward with instance statistics on small grids
+// value, not a butterfly per handful of values. The forward with instance statistics where flat_shape says
 // takes register rows instead (G lanes an instance, 8 values each loaded from global memory, butterfly
 // sums, element stores: flat_kernel<Op, true>, and flat_shape's cut).
 // =====================================================================================
@@ -1833,13 +1837,14 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
   const int64_t instance = first + (active ? q : 0);
 
   // Register rows (kRows: the forward with instance statistics, launched where the host's FlatShape.rows
-  // says: G * kFlatRowValues >= M, with the forward's default G on small grids or a plan's G): thread
+  // says: G * kFlatRowValues >= M, with the rows' default G where its rule takes them, or a plan's G): thread
   // `local` of instance q holds the instance's values local + k * G in registers, loaded straight from
   // global memory (no span, no barrier: each lane waits only for its own loads, as quack's LayerNorm at
   // such rows). The sums go round the G lanes by butterfly (every lane ends with the same bits: each
   // level adds the same two values), every lane computes the coefficients, and each stores its own
   // values (4- or 2-byte stores, as quack's LayerNorm does): no map over vectors (proposal A of
-  // benchmarks/NOTES.md, thirty-first session; kept in the thirty-second for small grids).
+  // benchmarks/NOTES.md, thirty-first session; kept in the thirty-second for small grids, widened in the
+  // thirty-third).
   if constexpr (kRows) {
     // Lean on instructions: at these sizes a warp's one dependent chain (load, butterflies,
     // coefficients, store) bounds the kernel, not bandwidth (ncu, thirty-third session: DRAM at 5-10 %,
@@ -1878,8 +1883,9 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
       d += shfl_xor(d, o);
       q2 += shfl_xor(q2, o);
     }
-    // m2 clamped at 0 as every other partial's (NaN included), so that an instance's statistics do not
-    // depend on which side of the cut its grid falls.
+    // m2 clamped at 0 as every other partial's (NaN included: an instance with NaN or inf publishes a
+    // NaN mean and rstd = rsqrt(eps), on both sides of the cut; its outputs are NaN either way). The two
+    // paths add in different orders, so the statistics may differ in their last bits across the cut.
     const Partial total = shifted_stats(mean0, d, q2, n, inv_n);
     if (!active) return;
     const Coef c = Op::coef_of_channel(p, channel, total.mean, Op::rstd_of_count(p, total, n, inv_n));
@@ -1902,20 +1908,31 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
   } else {  // the span path
     // 1. The span into shared memory: whole vectors by cp.async, the elements of the (at most two)
     //    edge vectors that belong to the span one by one.
+    //    The forward (one input) indexes the span in 32 bits from its first vector, through
+    //    opaque_pointer as the rows do (forward 0.90-0.98x past the rows, s38/call1-2); the backward keeps
+    //    64-bit global offsets (origin 0): its 32-bit form took the float32 training step 1.03x at
+    //    (32 | 64, 256, 7, 7). Offset e is global element origin + e; the span's are [first_e, last_e).
+    constexpr bool kLean = Op::kInputs == 1;
+    using Offset = std::conditional_t<kLean, int, int64_t>;
+    const int64_t origin = kLean ? vbegin * kVec : 0;
+    const Offset first_e = static_cast<Offset>(begin - origin);
+    const Offset last_e = static_cast<Offset>(end - origin);
+    const auto at_origin = [&](auto* ptr) { return kLean ? opaque_pointer(ptr + origin) : ptr; };
+    const auto offset_of = [&](int v) { return static_cast<Offset>(kLean ? 0 : vbegin * kVec) + static_cast<Offset>(v) * kVec; };
 #pragma unroll
     for (int t = 0; t < Op::kInputs; ++t) {
-      const T* in = Op::input(p, t);
+      const T* in = at_origin(Op::input(p, t));
       uint4* held = flat_storage + t * shape.span_vectors;
       for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
-        const int64_t e0 = (vbegin + v) * kVec;
-        if (e0 >= begin && e0 + kVec <= end) {
+        const Offset e0 = offset_of(v);
+        if (e0 >= first_e && e0 + kVec <= last_e) {
           const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(held + v));
           asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(in + e0) : "memory");
         } else {
           T* elements = reinterpret_cast<T*>(held + v);
 #pragma unroll
           for (int j = 0; j < kVec; ++j) {
-            if (e0 + j >= begin && e0 + j < end) elements[j] = in[e0 + j];
+            if (e0 + j >= first_e && e0 + j < last_e) elements[j] = in[e0 + j];
           }
         }
       }
@@ -1926,8 +1943,9 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     //    weight and bias) is requested before waiting for the span.
     const typename Op::Known known = Op::known(p, instance);
     if (Op::kInputs == 1 && active && local == 0) {  // the forward reads weight and bias after the reduction
-      prefetch_channel(p.weight, instance % p.channels);
-      prefetch_channel(p.bias, instance % p.channels);
+      const int64_t channel = instance % p.channels;
+      prefetch_channel(p.weight, channel);
+      prefetch_channel(p.bias, channel);
     }
     wait_async_copies();
     __syncthreads();
@@ -1935,7 +1953,7 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     // Thread `local` takes the instance's elements local, local + G, ...; where M is even they start
     // rotated by q * G, so that the lanes of a warp (instances M apart) fall in different banks.
     const int rot = (M & 1) ? 0 : (q * G) % M;
-    const int own = active ? (M - local + G - 1) / G : 0;
+    const int own = active ? (M - local + G - 1) >> (31 - __clz(G)) : 0;
     Partial s{};
     if constexpr (!Op::kCoefKnown) {  // running statistics need no reduction
       with_op_activation<Op>(p, [&](auto tag) {
@@ -1960,11 +1978,13 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     //    stays under its distance to the next integer, at least 0.5 / M >= 0.5 / kFlatMaxSize.
     const float inv_m = 1.0f / static_cast<float>(M);
     const T* residual = residual_at<Op>(p, 0);
+    if (residual != nullptr) residual = at_origin(residual);
+    T* out_span = at_origin(p.out);
     with_op_activation<Op>(p, [&](auto tag) {
       constexpr Family F = decltype(tag)::kFamily;
       for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
-        const int64_t e0 = (vbegin + v) * kVec;
-        const bool whole = e0 >= begin && e0 + kVec <= end;
+        const Offset e0 = offset_of(v);
+        const bool whole = e0 >= first_e && e0 + kVec <= last_e;
         const int lo = v == 0 ? head : 0;  // the first element of this vector inside the span
         const int rel = v * kVec + lo - head;
         int qi = static_cast<int>((static_cast<float>(rel) + 0.5f) * inv_m);
@@ -1996,14 +2016,14 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
               for (int j = 0; j < kVec; ++j) out[j] += Elem<T>::get(rv, j);
             }
           }
-          __stcs(reinterpret_cast<uint4*>(p.out + e0), Elem<T>::pack(out));
+          __stcs(reinterpret_cast<uint4*>(out_span + e0), Elem<T>::pack(out));
         } else {
 #pragma unroll
           for (int j = 0; j < kVec; ++j) {
-            if (e0 + j >= begin && e0 + j < end) {
+            if (e0 + j >= first_e && e0 + j < last_e) {
               acc_t o = out[j];
               if (residual != nullptr) o += scalar_at(residual, e0 + j);
-              p.out[e0 + j] = Elem<T>::from_acc(o);
+              out_span[e0 + j] = Elem<T>::from_acc(o);
             }
           }
         }
