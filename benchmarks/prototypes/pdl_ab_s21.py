@@ -3,7 +3,8 @@ do_bench (L2 flushed) and CUDA-graph replay (calls back to back, L2 warm) of: fo
 train-mode forward with running statistics, the training step (forward + backward, affine), and
 (nineteenth session) eval-mode forward and training step on running statistics (cases eval, evaltrain);
 (twenty-first) the fused module's forward, affine gelu (act) and silu + residual (actres), and its
-training step with gelu (acttrain); (twenty-second) the backward op alone, plain (bwd) and affine (bwdaff).
+training step with gelu (acttrain); (twenty-second) the backward op alone, plain (bwd) and affine (bwdaff);
+(thirty-fourth) the affine forward, no grad (fwdaff).
 usage: python pdl_ab_s21.py name=path ... [--rounds 2] [--shapes ...] [--layout contiguous|cl]"""
 import argparse, importlib.util, statistics, sys, time
 import torch, triton
@@ -59,6 +60,10 @@ for text in a.shapes.split(","):
                 for name, m in mods[rnd % len(mods):] + mods[:rnd % len(mods)]:
                     if case == "fwd":
                         norm = m.ModelNew(shape[1]).cuda()
+                        def fn():
+                            with torch.no_grad(): norm(x0)
+                    elif case == "fwdaff":  # thirty-fourth session: the affine forward (the training step's)
+                        norm = m.ModelNew(shape[1], affine=True).cuda()
                         def fn():
                             with torch.no_grad(): norm(x0)
                     elif case == "run":
