@@ -26,7 +26,8 @@ flat              H*W up to 144, the backward up   whole consecutive instances p
                                                    the forward on few instances, or ones that
                                                    fill 3/4 of G * 8 slots: register rows (G
                                                    lanes an instance, loaded straight from
-                                                   global memory, CTAs of 128 for G 2 to 16)
+                                                   global memory; the default plan's CTAs of 128
+                                                   threads for G 2 to 16)
 onchip, a warp    H*W up to 1024                   several instances per CTA; warp-shuffle
 per instance                                       merges; no barrier
 onchip, a CTA     up to 32K elements (128 KB);     cp.async copies the instance into shared
@@ -181,6 +182,9 @@ inline constexpr int kChunkThreads = 512;        // multi_cta: a chunk is 512 th
 inline constexpr int kChunkVectorsPerThread = 8;
 inline constexpr int kMergeThreads = 256;        // the merge (a warp per instance, or the CTA: launch_merge)
                                                  // and the per-channel kernels (a warp or thread per channel)
+inline constexpr int kBatchSumChannels = 8;      // per-channel sums over the batch: a CTA's channels (a sector)
+inline constexpr int kBatchSumSlices = 128;      // ... and at most this many strided slices of the batch
+inline constexpr int kBatchSumMinBatch = 96;     // ... from this batch on (below: a warp per channel)
 inline constexpr int64_t kMaxGrid = int64_t(1) << 22;  // grid-stride loops beyond this many CTAs
 inline constexpr int64_t kMaxGridY = 65535;      // the CUDA limit of gridDim.y
 inline constexpr int kStaticSmemReserve = 4096;  // a kernel's static shared memory, kept out of the
@@ -202,7 +206,7 @@ constexpr int cl_apply_rows(int element_bytes) { return element_bytes == 2 ? kCl
 // applies, the per-channel reductions) are launched so that their CTAs may start while the kernel
 // before them finishes, and wait for it (wait_for_prior_grid) before they read what it wrote.
 inline constexpr bool kDependentLaunch = true;
-inline constexpr int kFlatThreads = 256;         // flat: a CTA's size
+inline constexpr int kFlatThreads = 256;         // flat: a CTA's size (but the default rows' of G 2 to 16)
 inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's values, at most (up to G = 32)
 inline constexpr int kFlatRowValues = 8;         // flat forward, register rows: values a thread holds
 inline constexpr int kFlatRowsLanesPerSm = 512;  // flat forward: register rows while N*C*G <= this * SMs
@@ -317,7 +321,7 @@ struct FlatShape {
   int instances;     // consecutive instances per CTA (the last CTA may have fewer)
   int group;         // G threads per instance in the reduction
   int span_vectors;  // shared-memory vectors per input: a span of `instances` instances plus its edges
-  int rows;          // 1: the forward's register rows (flat_kernel<Op, true>; G * kFlatRowValues >= M)
+  int rows;          // 1: the forward's register rows (flat_kernel<Op, kRowsPlain or kRowsAffine>; G * kFlatRowValues >= M)
   int block;         // threads a CTA: kFlatThreads, or kFlatRowsBlock for the default rows of G 2 to 16
 };
 
@@ -1208,6 +1212,17 @@ struct Forward {
   __device__ static acc_t rstd_of_count(const Params<T>& p, const Partial& total, acc_t n, acc_t inv_n) {
     return rsqrt(divide_by_count(total.m2, n, inv_n) + p.eps);
   }
+  // A channel's weight and bias as the coefficients take them (1 and 0 where absent): the register rows
+  // load them before their row (coef_of_channel's values, in two steps).
+  struct Affine {
+    acc_t weight, bias;
+  };
+  __device__ static Affine affine_of(const Params<T>& p, int64_t channel) {
+    return {channel_value(p.weight, channel, acc_t(1)), channel_value(p.bias, channel, acc_t(0))};
+  }
+  __device__ static Coef coef_of_affine(acc_t mean, acc_t rstd, const Affine& a) {
+    return {mean, rstd * a.weight, a.bias};
+  }
   __device__ static Coef coef_of_channel(const Params<T>& p, int64_t channel, acc_t mean, acc_t rstd) {
     return {mean, rstd * channel_value(p.weight, channel, acc_t(1)), channel_value(p.bias, channel, acc_t(0))};
   }
@@ -1231,6 +1246,14 @@ struct Forward {
     if (p.stats == nullptr) return;
     p.stats[instance] = total.mean;
     p.stats[p.num_instances + instance] = rstd_of(p, total);
+  }
+  // publish with the rstd at hand (the register rows have it from rstd_of_count: the same bits). Not
+  // publish's body: routing publish and coef_of_channel through these moved registers in the onchip,
+  // cl and stream kernels (ptxas, review of the thirty-fourth session: 4 -> 12 bytes of spill).
+  __device__ static void publish_statistics(const Params<T>& p, int64_t instance, acc_t mean, acc_t rstd) {
+    if (p.stats == nullptr) return;
+    p.stats[instance] = mean;
+    p.stats[p.num_instances + instance] = rstd;
   }
   __device__ static Coef published(const Params<T>& p, int64_t instance) {
     if constexpr (kSource == Source::kRunning) {
@@ -1770,7 +1793,7 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
 // stores them. One launch, one read, and few instructions per element: the reduction costs a few per
 // value, not a butterfly per handful of values. The forward with instance statistics where flat_shape says
 // takes register rows instead (G lanes an instance, 8 values each loaded from global memory, butterfly
-// sums, element stores: flat_kernel<Op, true>, and flat_shape's cut).
+// sums, element stores: flat_kernel<Op, kRowsPlain / kRowsAffine>, and flat_shape's cut).
 // =====================================================================================
 
 // Butterfly over groups of G lanes (a power of two up to a warp) in a fixed order; every lane ends
@@ -1806,8 +1829,11 @@ __device__ __forceinline__ P* opaque_pointer(P* ptr) {
 
 // kRows: the register rows alone (the host launches this instance where FlatShape.rows says), so that the
 // span path keeps its own registers (the two in one kernel took 40-48 against 37-40, one with a 4-byte
-// spill, review of the thirty-second session: 6 -> 5 CTAs an SM past the cut too).
-template <class Op, bool kRows = false>
+// spill, review of the thirty-second session: 6 -> 5 CTAs an SM past the cut too). kRowsAffine where the
+// forward has a weight or bias, kRowsPlain where it has neither (flat_rows_kernel).
+inline constexpr int kRowsPlain = 1;
+inline constexpr int kRowsAffine = 2;
+template <class Op, int kRows = 0>
 __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::T> p, FlatShape shape) {
   static_assert(!kRows || (Op::kInputs == 1 && !Op::kCoefKnown), "rows: the instance-statistics forward");
   allow_dependent_grid();  // the per-channel reduction that may follow (channel sums, running statistics)
@@ -1851,9 +1877,21 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     // ~465 instructions a warp at 7x7). So the channel is divided out once, the row's pointers are
     // formed once and indexed in 32 bits (opaque_pointer), and the loads are unpredicated (the index
     // clamped into the row, the value masked after), so that all eight issue back to back.
+    // With a weight or bias (kRowsAffine) every lane loads its channel's before its row, not after the
+    // reduction behind one lane's L1 prefetch (this kernel until the thirty-fourth session): a load issued
+    // after the butterflies waited for L2 behind the grid's row traffic in every warp's one chain
+    // (torch.profiler, s38/call6: the affine forward at fp32 (1024, 256, 4, 4) took 17.81 us against
+    // 11.01 without weights; early: 0.70x fp32, 0.61x bf16, s39/call1; loaded right after the row's
+    // loads instead: 0.80x / 0.72x, call2). Without them (kRowsPlain) the code is the old one: the
+    // early form, in one kernel for both, cost the plain forward 1.05x fp32 / 1.11x bf16 there (call1;
+    // after the row's loads 1.13x / 1.22x, call2), its SASS barely different (the cause not found).
+    constexpr bool kAffine = kRows == kRowsAffine;
     const typename Op::Known known = Op::known(p, instance);
     const int64_t channel = instance % p.channels;
-    if (active && local == 0) {  // read after the reduction: asked for now
+    typename Op::Affine affine{acc_t(1), acc_t(0)};
+    if constexpr (kAffine) {
+      affine = Op::affine_of(p, channel);
+    } else if (active && local == 0) {  // read after the reduction: asked for now
       prefetch_channel(p.weight, channel);
       prefetch_channel(p.bias, channel);
     }
@@ -1888,8 +1926,15 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     // paths add in different orders, so the statistics may differ in their last bits across the cut.
     const Partial total = shifted_stats(mean0, d, q2, n, inv_n);
     if (!active) return;
-    const Coef c = Op::coef_of_channel(p, channel, total.mean, Op::rstd_of_count(p, total, n, inv_n));
-    if (local == 0) Op::publish(p, instance, total, known);
+    Coef c;
+    if constexpr (kAffine) {
+      const acc_t rstd = Op::rstd_of_count(p, total, n, inv_n);
+      c = Op::coef_of_affine(total.mean, rstd, affine);
+      if (local == 0) Op::publish_statistics(p, instance, total.mean, rstd);
+    } else {
+      c = Op::coef_of_channel(p, channel, total.mean, Op::rstd_of_count(p, total, n, inv_n));
+      if (local == 0) Op::publish(p, instance, total, known);
+    }
     const T* residual = residual_at<Op>(p, at);
     T* out = opaque_pointer(p.out + at);
     with_op_activation<Op>(p, [&](auto tag) {
@@ -1941,11 +1986,21 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
 
     // 2. What the reduction needs from global memory besides the span (the backward's statistics,
     //    weight and bias) is requested before waiting for the span.
+    //    The forward with instance statistics loads its channel's weight and bias now, in the lane that
+    //    writes the coefficients (as the rows do, s38/call6: a load after the reduction waits for L2
+    //    behind the grid's traffic); running statistics read theirs in `coef`, after an L1 prefetch.
     const typename Op::Known known = Op::known(p, instance);
-    if (Op::kInputs == 1 && active && local == 0) {  // the forward reads weight and bias after the reduction
+    constexpr bool kAffineEarly = Op::kInputs == 1 && !Op::kCoefKnown;
+    acc_t weight_early = acc_t(1), bias_early = acc_t(0);
+    if (Op::kInputs == 1 && active && local == 0) {
       const int64_t channel = instance % p.channels;
-      prefetch_channel(p.weight, channel);
-      prefetch_channel(p.bias, channel);
+      if constexpr (kAffineEarly) {
+        weight_early = channel_value(p.weight, channel, acc_t(1));
+        bias_early = channel_value(p.bias, channel, acc_t(0));
+      } else {
+        prefetch_channel(p.weight, channel);
+        prefetch_channel(p.bias, channel);
+      }
     }
     wait_async_copies();
     __syncthreads();
@@ -1967,7 +2022,11 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
       s = group_reduce(s, G);
     }
     if (active && local == 0) {
-      coefs[q] = Op::coef(p, instance, s, known);
+      if constexpr (kAffineEarly) {
+        coefs[q] = Op::coef_of_affine(s.mean, Op::rstd_of(p, s), {weight_early, bias_early});
+      } else {
+        coefs[q] = Op::coef(p, instance, s, known);
+      }
       if constexpr (!Op::kCoefKnown) Op::publish(p, instance, s, known);
     }
     __syncthreads();
@@ -3065,60 +3124,123 @@ cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span, const typenam
 // Per-channel kernels: affine gradients, running statistics, fills
 // =====================================================================================
 
-// dweight[c] = sum over n of sums[1][n * C + c], dbias[c] of sums[0][...]: a warp per channel, a
-// fixed order.
-template <typename acc_t>
-__global__ void __launch_bounds__(kMergeThreads)
-channel_sums_kernel(const acc_t* sums, int64_t batch, int64_t channels, ChannelVector dweight, ChannelVector dbias) {
-  wait_for_prior_grid();  // the backward's sums
+// Two sums over the batch per channel, of values at n * C + c (n < batch): the affine gradients from the
+// backward's per-instance sums, the running statistics from the forward's, from kBatchSumMinBatch on. A
+// CTA takes kBatchSumChannels consecutive channels (32 bytes of float values: a warp's loads are four
+// batch rows of whole sectors where C is a multiple of 8) and blockDim / kBatchSumChannels strided slices
+// of the batch (a power of two); each thread adds its slice in order, then the slices are added pairwise
+// in shared memory: a fixed order, deterministic. The warp per channel (warp_sums) reads each lane's
+// value from a sector of its own, 32 CTAs for 256 channels (torch.profiler, s38/call6: 14.33 us of
+// channel sums in the fp32 training step at (1024, 256, 4, 4), whose backward's sums are 2 MB).
+// `load(i)` gives the two values at i; `finish(c, a, b)` writes channel c's results from the two sums.
+template <typename sum_t, class Load, class Finish>
+__device__ __forceinline__ void batch_sums(int64_t batch, int64_t channels, Load load, Finish finish) {
+  __shared__ sum_t held[2][kBatchSumChannels * kBatchSumSlices];
+  const int slices = blockDim.x / kBatchSumChannels;
+  const int slice = threadIdx.x / kBatchSumChannels;
+  for (int64_t c0 = int64_t(blockIdx.x) * kBatchSumChannels; c0 < channels;
+       c0 += int64_t(gridDim.x) * kBatchSumChannels) {
+    const int64_t c = c0 + threadIdx.x % kBatchSumChannels;
+    sum_t a = 0, b = 0;
+    if (c < channels) {
+#pragma unroll 4
+      for (int64_t n = slice; n < batch; n += slices) {
+        const auto v = load(n * channels + c);
+        a += v.first;
+        b += v.second;
+      }
+    }
+    held[0][threadIdx.x] = a;
+    held[1][threadIdx.x] = b;
+    __syncthreads();
+    for (int h = slices >> 1; h > 0; h >>= 1) {
+      if (slice < h) {
+        held[0][threadIdx.x] += held[0][threadIdx.x + h * kBatchSumChannels];
+        held[1][threadIdx.x] += held[1][threadIdx.x + h * kBatchSumChannels];
+      }
+      __syncthreads();
+    }
+    if (slice == 0 && c < channels) finish(c, held[0][threadIdx.x], held[1][threadIdx.x]);
+    __syncthreads();  // `held` is reused by the next channels
+  }
+}
+
+template <typename sum_t>
+struct SumPair {
+  sum_t first, second;
+};
+
+// The same two sums below kBatchSumMinBatch: a warp per channel, each lane a batch row (one sector each),
+// warp_reduce's butterfly, a CTA of kMergeThreads. These kernels before batch_sums; at N = 8 to 64 they
+// beat it by 0.4-0.6 us (running statistics, s39/call1: its tree's barriers cost more than the lanes'
+// scattered sectors at one load a thread), from N = 112 on batch_sums wins (0.52-0.94x).
+template <typename sum_t, class Load, class Finish>
+__device__ __forceinline__ void warp_sums(int64_t batch, int64_t channels, Load load, Finish finish) {
   const int lane = threadIdx.x & (kWarpSize - 1);
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
-  const int64_t P = batch * channels;
   for (int64_t c = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize; c < channels;
        c += warps_total) {
-    acc_t a = 0, b = 0;
+    sum_t a = 0, b = 0;
     for (int64_t n = lane; n < batch; n += kWarpSize) {
-      a += sums[n * channels + c];
-      b += sums[P + n * channels + c];
+      const auto v = load(n * channels + c);
+      a += v.first;
+      b += v.second;
     }
     a = warp_reduce(a);
     b = warp_reduce(b);
-    if (lane == 0) {
-      if (dweight.data != nullptr) set_channel_value(dweight, c, b);
-      if (dbias.data != nullptr) set_channel_value(dbias, c, a);
-    }
+    if (lane == 0) finish(c, a, b);
   }
+}
+
+// batch_sums from kBatchSumMinBatch on, warp_sums below (a uniform branch: the host's launch follows it,
+// batch_sum_launch).
+template <typename sum_t, class Load, class Finish>
+__device__ __forceinline__ void sums_over_batch(int64_t batch, int64_t channels, Load load, Finish finish) {
+  if (batch >= kBatchSumMinBatch) {
+    batch_sums<sum_t>(batch, channels, load, finish);
+  } else {
+    warp_sums<sum_t>(batch, channels, load, finish);
+  }
+}
+
+// dweight[c] = sum over n of sums[1][n * C + c], dbias[c] of sums[0][...] (sums_over_batch's fixed order).
+template <typename acc_t>
+__global__ void __launch_bounds__(kBatchSumChannels * kBatchSumSlices)
+channel_sums_kernel(const acc_t* sums, int64_t batch, int64_t channels, ChannelVector dweight, ChannelVector dbias) {
+  wait_for_prior_grid();  // the backward's sums
+  const int64_t P = batch * channels;
+  sums_over_batch<acc_t>(
+      batch, channels, [&](int64_t i) { return SumPair<acc_t>{sums[i], sums[P + i]}; },
+      [&](int64_t c, acc_t a, acc_t b) {
+        if (dweight.data != nullptr) set_channel_value(dweight, c, b);
+        if (dbias.data != nullptr) set_channel_value(dbias, c, a);
+      });
 }
 
 // What F.instance_norm does with running statistics: each instance updates its channel's copy with
 // its own mean and unbiased variance, and the copies are averaged over the batch (in float64; the
 // variance comes back from rstd). An empty batch averages nothing: NaN, as in PyTorch.
 template <typename acc_t>
-__global__ void __launch_bounds__(kMergeThreads)
+__global__ void __launch_bounds__(kBatchSumChannels * kBatchSumSlices)
 running_stats_kernel(const acc_t* stats, int64_t batch, int64_t channels, int64_t count, double momentum, double eps,
                      ChannelVector running_mean, ChannelVector running_var) {
   wait_for_prior_grid();  // the forward's statistics
-  const int lane = threadIdx.x & (kWarpSize - 1);
-  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / kWarpSize);
   const int64_t P = batch * channels;
   const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
-  for (int64_t c = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize; c < channels;
-       c += warps_total) {
-    double mean = 0, var = 0;
-    for (int64_t n = lane; n < batch; n += kWarpSize) {
-      const double rstd = static_cast<double>(stats[P + n * channels + c]);
-      mean += static_cast<double>(stats[n * channels + c]);
-      var += (1.0 / (rstd * rstd) - eps) * unbias;
-    }
-    mean = warp_reduce(mean) / static_cast<double>(batch);
-    var = warp_reduce(var) / static_cast<double>(batch);
-    if (lane == 0) {
-      const double old_mean = channel_value(running_mean, c, 0.0);
-      const double old_var = channel_value(running_var, c, 0.0);
-      set_channel_value(running_mean, c, (1.0 - momentum) * old_mean + momentum * mean);
-      set_channel_value(running_var, c, (1.0 - momentum) * old_var + momentum * var);
-    }
-  }
+  sums_over_batch<double>(
+      batch, channels,
+      [&](int64_t i) {
+        const double rstd = static_cast<double>(stats[P + i]);
+        return SumPair<double>{static_cast<double>(stats[i]), (1.0 / (rstd * rstd) - eps) * unbias};
+      },
+      [&](int64_t c, double mean_sum, double var_sum) {
+        const double mean = mean_sum / static_cast<double>(batch);
+        const double var = var_sum / static_cast<double>(batch);
+        const double old_mean = channel_value(running_mean, c, 0.0);
+        const double old_var = channel_value(running_var, c, 0.0);
+        set_channel_value(running_mean, c, (1.0 - momentum) * old_mean + momentum * mean);
+        set_channel_value(running_var, c, (1.0 - momentum) * old_var + momentum * var);
+      });
 }
 
 __global__ void fill_kernel(ChannelVector target, int64_t count, double value) {
@@ -3176,11 +3298,13 @@ auto with_op(DType dtype, Direction direction, Source source, bool epilogue, F&&
   }
 }
 
-// The flat kernel's register rows for Op, where it has them (the instance-statistics forward).
+// The flat kernel's register rows for Op, where it has them (the instance-statistics forward): with a
+// weight or bias, or without.
 template <class Op>
-const void* flat_rows_kernel() {
+const void* flat_rows_kernel(bool affine) {
   if constexpr (Elem<typename Op::T>::kVec >= 4 && Op::kInputs == 1 && !Op::kCoefKnown) {
-    return reinterpret_cast<const void*>(&flat_kernel<Op, true>);
+    return affine ? reinterpret_cast<const void*>(&flat_kernel<Op, kRowsAffine>)
+                  : reinterpret_cast<const void*>(&flat_kernel<Op, kRowsPlain>);
   } else {
     return nullptr;
   }
@@ -3353,7 +3477,8 @@ cudaError_t launch_typed(const Plan& plan, const Problem& pr, const Launch& laun
     return cudaLaunchKernel(kernel, dim3(launch.grid), dim3(launch.block), args, launch.smem, stream);
   };
   if (plan.regime == Regime::kFlat) {
-    return launch_plain(launch.flat, launch.flat.rows ? flat_rows_kernel<Op>() : typed_kernel_for<Op>(plan));
+    const bool affine = pr.weight.data != nullptr || pr.bias.data != nullptr;
+    return launch_plain(launch.flat, launch.flat.rows ? flat_rows_kernel<Op>(affine) : typed_kernel_for<Op>(plan));
   }
   if (plan.regime == Regime::kClOnchip) return launch_plain(launch.cl, typed_kernel_for<Op>(plan));
   const void* kernel = typed_kernel_for<Op>(plan);
@@ -3377,9 +3502,23 @@ auto with_acc(DType dtype, F&& f) {
   return dtype == DType::kDouble ? f(double()) : f(float());
 }
 
-unsigned channel_grid(int64_t channels) {
-  constexpr int64_t kWarps = kMergeThreads / kWarpSize;
-  return static_cast<unsigned>(grid_limit((channels + kWarps - 1) / kWarps));
+// sums_over_batch's launch: from kBatchSumMinBatch on, batch_sums' CTA per kBatchSumChannels channels, of
+// kBatchSumChannels threads a slice of the batch, the slices a power of two from 4 (a warp) up to
+// kBatchSumSlices and no more than the batch needs; below it, warp_sums' warp per channel in CTAs of
+// kMergeThreads.
+struct BatchSumLaunch {
+  unsigned grid;
+  int block;
+};
+BatchSumLaunch batch_sum_launch(int64_t batch, int64_t channels) {
+  if (batch < kBatchSumMinBatch) {
+    constexpr int64_t kWarps = kMergeThreads / kWarpSize;
+    return {static_cast<unsigned>(grid_limit((channels + kWarps - 1) / kWarps)), kMergeThreads};
+  }
+  int slices = kWarpSize / kBatchSumChannels;
+  while (slices < kBatchSumSlices && slices < batch) slices *= 2;
+  return {static_cast<unsigned>(grid_limit((channels + kBatchSumChannels - 1) / kBatchSumChannels)),
+          slices * kBatchSumChannels};
 }
 
 }  // namespace
@@ -3438,8 +3577,9 @@ cudaError_t launch_channel_sums(const Problem& pr, ChannelVector dweight, Channe
   if (pr.channels == 0) return cudaSuccess;
   return with_acc(pr.dtype, [&](auto tag) {
     using acc_t = decltype(tag);
-    return launch_after(dependent, channel_sums_kernel<acc_t>, dim3(channel_grid(pr.channels)), kMergeThreads, 0,
-                        stream, static_cast<const acc_t*>(pr.sums), batch, pr.channels, dweight, dbias);
+    const BatchSumLaunch l = batch_sum_launch(batch, pr.channels);
+    return launch_after(dependent, channel_sums_kernel<acc_t>, dim3(l.grid), l.block, 0, stream,
+                        static_cast<const acc_t*>(pr.sums), batch, pr.channels, dweight, dbias);
   });
 }
 
@@ -3449,7 +3589,8 @@ cudaError_t launch_running_stats(DType acc, const void* stats, int64_t batch, in
   if (channels == 0) return cudaSuccess;
   return with_acc(acc, [&](auto tag) {
     using acc_t = decltype(tag);
-    return launch_after(dependent, running_stats_kernel<acc_t>, dim3(channel_grid(channels)), kMergeThreads, 0, stream,
+    const BatchSumLaunch l = batch_sum_launch(batch, channels);
+    return launch_after(dependent, running_stats_kernel<acc_t>, dim3(l.grid), l.block, 0, stream,
                         static_cast<const acc_t*>(stats), batch, channels, count, momentum, eps, running_mean,
                         running_var);
   });
@@ -3773,7 +3914,9 @@ int64_t flat_most_instances(DType dtype, int64_t instance_size, int group) {
 // A flat CTA's coverage: G threads per instance and `instances` consecutive instances, as the plan
 // names them; otherwise G doubles from 1 while a thread would hold more than kFlatPerThread values
 // (up to a warp), and the grid has about kFlatCtasPerSm CTAs per SM when there are instances for
-// it; always at most kFlatSpanBytes per input and kFlatThreads / G instances per CTA.
+// it; always at most kFlatSpanBytes per input and kFlatThreads / G instances per CTA. The default rows of
+// G 2 to 16 then run in CTAs of kFlatRowsBlock threads with at most kFlatRowsBlock / G instances
+// (`block`), so where that cap binds the grid has more than kFlatCtasPerSm CTAs an SM.
 // `instances_total` 0 asks for the largest span (the refusal's bound, with `rows` false: the smaller G).
 // `rows`: the forward with instance statistics (flat_kernel's register rows); running statistics keep the
 // other rule's G (they reduce nothing, and a smaller G holds more instances a CTA). The kernel takes the
@@ -3825,7 +3968,7 @@ FlatShape flat_shape(DType dtype, bool rows, int64_t instance_size, int64_t inst
   // elsewhere twice the CTAs balance the SMs' waves better. G = 1 keeps 256 ((1024, 256, 2, 2) 1.03x /
   // 1.01x at 128), and so does G = 32, where 128 threads hold only 4 instances ((16, 256, 12, 12) 1.02x).
   s.block = kFlatThreads;
-  if (rows_group && plan.vectors == 0 && s.group >= 2 && s.group <= kFlatRowsBlock / 8) {
+  if (rows_group && plan.vectors == 0 && s.group >= 2 && kFlatRowsBlock / s.group >= 8) {  // 8 instances a CTA
     s.instances = std::min(s.instances, kFlatRowsBlock / s.group);
     s.block = kFlatRowsBlock;
   }
@@ -4483,7 +4626,8 @@ void run(const Plan& plan, const Problem& problem) {
                              problem.instance_size, P, device_info().sms, plan);
     launch.block = launch.flat.block;
     // The rows read global memory straight (no span): no shared memory. The check below asks the span
-    // kernel, as the refusal does (the rows' kernel has no shared memory and fits wherever one CTA does).
+    // kernel at the launch's block (the refusal asks it at kFlatThreads with the largest span, a stricter
+    // bound); the rows' kernel has no shared memory and fits wherever one CTA does.
     launch.smem = static_cast<int>(flat_smem(launch.flat, problem.dtype, problem.direction));
     IN_CHECK(resident_units(kernel_for(problem.dtype, problem.direction, problem.source, has_epilogue(problem), plan), 1, launch.block,
                             launch.smem) > 0,

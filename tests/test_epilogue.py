@@ -156,10 +156,11 @@ def test_fused_wide_stream_forward(inorm, ops, rng, dtype):
             assert_stats_close(stats, x, EPS, what)
 
 
-def check_fused(inorm, ops, rng, shape, dtype, act, slope, residual, affine, plan, what):
+def check_fused(inorm, ops, rng, shape, dtype, act, slope, residual, affine, plan, what, layout=None):
     """Forward (y, stats) and backward (dx, dweight, dbias) of one plan against the float64 reference; on the
-    default plan also autograd through fused_forward, whose residual gradient is grad_output itself."""
-    x = with_layout(make_input(shape, dtype, rng), rng.choice(LAYOUTS))
+    default plan also autograd through fused_forward, whose residual gradient is grad_output itself. x's
+    layout is `layout`, or one of LAYOUTS at random."""
+    x = with_layout(make_input(shape, dtype, rng), layout or rng.choice(LAYOUTS))
     w, b = affine_params(shape[1], dtype) if affine else (None, None)
     r = with_layout(torch.randn(shape, device="cuda").mul(rng.uniform(0.3, 3)).to(dtype),
                     rng.choice(RESIDUAL_LAYOUTS)) if residual else None
@@ -277,6 +278,23 @@ def test_fused_odd_sizes(inorm, ops, rng, dtype):
             residual, affine = rng.random() < 0.5, rng.random() < 0.7
             check_fused(inorm, ops, rng, shape, dtype, act, slope, residual, affine, None,
                         f"{act}({slope}) residual={residual} affine={affine} {dtype} shape={shape}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@CUDA
+def test_fused_rows_many_ctas(inorm, ops, rng, dtype):
+    """The flat forward's register rows with an epilogue past one CTA (every rows G: H*W 3 to 100, G 1 to
+    16; the default plan's 128-thread CTAs of 128 / G instances for G 2 to 16, a partial last CTA): a
+    random activation, residual and affine on a few hundred to ~2000 instances of contiguous input (a
+    channels-last one takes the channels-last plans), forward and backward against float64. (float64 never
+    takes the rows.)"""
+    for hw in (3, 6, 12, 25, 49, 100):
+        act = rng.choice(ACTS)
+        slope = rng.choice(SLOPES) if act == "leaky_relu" else 0.0
+        residual, affine = rng.random() < 0.5, rng.random() < 0.7
+        shape = (rng.randint(1, 3), rng.randint(200, 700)) + split_hw(hw, rng)
+        check_fused(inorm, ops, rng, shape, dtype, act, slope, residual, affine, None,
+                    f"{act}({slope}) residual={residual} affine={affine} {dtype} shape={shape}", layout="contiguous")
 
 
 @CUDA
@@ -461,10 +479,14 @@ def test_module_like_eager(inorm, rng, device, dtype, act, training):
         terms = module_param_terms(x, z, y_ref, dy, running, ours.eps)
         ref = torch.autograd.grad(y_ref, leaves, dy.double())
         assert y.dtype == dtype and y.device == x.device, what
-        assert_close_to(y, y_ref, dtype, what)
+        # Random running statistics and affine can put a whole instance deep in gelu's or silu's negative
+        # tail, where the output's relative error is z^2 times z's (one float32 (1, 1, 38, 32) gelu eval
+        # instance, every output ~1e-7: 3.7e-5 against 1e-5, s39/call1; its dx 1.7e-5, call2): bounds then
+        # widen to twice eager's, for y here and for the gradients in check_grads.
+        assert_close_to(y, y_ref, dtype, what, eager=lambda: y_eager)
         assert_matches_eager(y, y_eager, y_ref, dtype, what)
         names = grad_names(ours.weight, r)
-        check_grads(grads, ref, names, dtype, what, terms=terms)
+        check_grads(grads, ref, names, dtype, what, eager=lambda: grads_eager, terms=terms)
         for name, got, expected, want in zip(names, grads, grads_eager, ref):
             assert_matches_eager(got, expected, want, dtype, f"{what}: grad of {name}", name, terms)
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5

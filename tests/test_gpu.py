@@ -330,6 +330,20 @@ def test_flat_rows_cut(ops, rng, dtype):
             check_plan(ops, v, weight, bias, 1e-5, plan, f"{dtype} shape={tuple(v.shape)}")
 
 
+@pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
+def test_flat_rows_named_instances(ops, rng, dtype):
+    """A flat plan that names its instances per CTA keeps 256-thread CTAs on the rows (the default's
+    128-thread CTAs hold only 128 / G): instances between 128 / G and 256 / G at G = 2 and 16, on one
+    and several CTAs, a channel each with its own weight and bias (a wrong channel shows), against
+    float64, outputs poisoned."""
+    for hw, per_cta in ((12, 100), (100, 16)):
+        for instances in (per_cta, 3 * per_cta + 1):
+            v = make_input((1, instances) + split_hw(hw, rng), dtype, rng)
+            weight = torch.randn(instances, device="cuda").to(dtype)
+            bias = torch.randn(instances, device="cuda").to(dtype)
+            check_plan(ops, v, weight, bias, 1e-5, ("flat", per_cta, 0, 0, 0), f"{dtype} shape={tuple(v.shape)}")
+
+
 def check_flat(inorm, ops, rng, dtype, plan, hw):
     """A flat plan on (n, c, hw) with N*C random up to a few thousand: forward against float64, the
     backward's dx, dweight and dbias against the multi_cta plan's."""

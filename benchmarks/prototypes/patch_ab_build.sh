@@ -3,7 +3,7 @@
 # twenty-fifth): for each NAME PATCH pair make /tmp/vab/NAME/instance_norm.py, the repository's file with
 # PATCH applied, and build them and the repository's file in parallel (logs $OUT/build_NAME.txt and
 # $OUT/build.txt, $OUT/device.txt with every md5). Exits non-zero when a patch does not apply or a build
-# fails. Run from the repository root:
+# fails (only the patch's instance_norm.py hunks apply there; tests travel with the tree). Run from the repository root:
 #   bash benchmarks/prototypes/patch_ab_build.sh NAME PATCH [NAME2 PATCH2 ...]
 set -uo pipefail
 [ $# -ge 2 ] && [ $(($# % 2)) -eq 0 ] || { echo "usage: patch_ab_build.sh NAME PATCH [NAME2 PATCH2 ...]"; exit 1; }
@@ -12,7 +12,7 @@ while [ $# -ge 2 ]; do
   NAME=$1 PATCH=$(realpath "$2"); shift 2
   [ -n "$NAME" ] || { echo "empty NAME"; exit 1; }
   rm -rf /tmp/vab/$NAME && mkdir -p /tmp/vab/$NAME && cp instance_norm.py /tmp/vab/$NAME/ || exit 1
-  (cd /tmp/vab/$NAME && git init -q && git apply "$PATCH") || { echo "$PATCH does not apply"; exit 1; }
+  (cd /tmp/vab/$NAME && git init -q && git apply --include=instance_norm.py "$PATCH") || { echo "$PATCH does not apply"; exit 1; }
   NAMES+=("$NAME")
 done
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; md5sum instance_norm.py; for n in "${NAMES[@]}"; do md5sum /tmp/vab/$n/instance_norm.py; done; } > $OUT/device.txt 2>&1
