@@ -4,7 +4,8 @@
 # 1.34-1.40x (+1.7-2.4 us), though N < 96 runs warp_sums, the committed code of be13472d, inside the new kernel
 # (__launch_bounds__(1024), batch_sums' 16 KB of static shared memory). sep (batch_sums_sep_s39.patch): warp_sums
 # in its own instances (template bool kTiles), kMergeThreads' bounds, no static shared memory. old =
-# be13472d's file (revert_to_be13472d_s39.patch). Cases run (running statistics) and train (affine training
+# be13472d's file (revert_to_be13472d_s39.patch). The patch also carries the reviews' mends (BatchSumLaunch.tiles,
+# comments) and tests (test_flat_rows_weight_or_bias, test_batch_sums in float64). Cases run (running statistics) and train (affine training
 # step: channel_sums) over N 8..2048, fp32 / bf16, 2 rounds; then the suite with sep applied in the tree (md5
 # recorded, reverted on exit). If sep is no slower than old at N < 96 and keeps bebbc02's gains from 96 on,
 # apply batch_sums_sep_s39.patch and commit the tested file.
