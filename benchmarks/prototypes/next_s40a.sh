@@ -18,8 +18,4 @@ timeout 200 python3 $P/pdl_ab_s21.py base=instance_norm.py old=/tmp/vab/old/inst
   --rounds 2 --cases run,train,fwd --shapes $SH --dtypes float32,bfloat16 > $OUT/ab.txt 2>&1
 echo "A/B rc=$? at $((SECONDS - START)) s"
 python3 $P/ab_verdict.py $OUT/ab.txt --rows 60 --worst 10 | tee $OUT/verdict.txt
-git apply $P/batch_sums_sep_s39.patch && trap 'git apply -R benchmarks/prototypes/batch_sums_sep_s39.patch' EXIT
-md5sum instance_norm.py tests/*.py > $OUT/md5.txt
-timeout $((590 - (SECONDS - START))) python3 -m pytest -q tests -p no:cacheprovider > $OUT/suite.txt 2>&1
-echo "suite (sep) rc=$? at $((SECONDS - START)) s"; tail -3 $OUT/suite.txt
-(cd $OUT && tar czf logs.tgz build*.txt device.txt && rm -f build*.txt device.txt)
+source $P/suite_with_patch.sh $P/batch_sums_sep_s39.patch
