@@ -181,7 +181,8 @@ inline constexpr int kStreamMaxStages = 4;
 inline constexpr int kChunkThreads = 512;        // multi_cta: a chunk is 512 threads x 8 vectors
 inline constexpr int kChunkVectorsPerThread = 8;
 inline constexpr int kMergeThreads = 256;        // the merge (a warp per instance, or the CTA: launch_merge)
-                                                 // and the per-channel kernels (a warp or thread per channel)
+                                                 // and the per-channel kernels below kBatchSumMinBatch (a warp
+                                                 // or thread per channel)
 inline constexpr int kBatchSumChannels = 8;      // per-channel sums over the batch: a CTA's channels (a sector)
 inline constexpr int kBatchSumSlices = 128;      // ... and at most this many strided slices of the batch
 inline constexpr int kBatchSumMinBatch = 96;     // ... from this batch on (below: a warp per channel)
@@ -1987,16 +1988,18 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     // 2. What the reduction needs from global memory besides the span (the backward's statistics,
     //    weight and bias) is requested before waiting for the span.
     //    The forward with instance statistics loads its channel's weight and bias now, in the lane that
-    //    writes the coefficients (as the rows do, s38/call6: a load after the reduction waits for L2
-    //    behind the grid's traffic); running statistics read theirs in `coef`, after an L1 prefetch.
+    //    writes the coefficients (as the affine rows do in every lane, s38/call6: a load after the
+    //    reduction waits for L2 behind the grid's traffic); running statistics read theirs in `coef`, after
+    //    an L1 prefetch.
     const typename Op::Known known = Op::known(p, instance);
     constexpr bool kAffineEarly = Op::kInputs == 1 && !Op::kCoefKnown;
     acc_t weight_early = acc_t(1), bias_early = acc_t(0);
     if (Op::kInputs == 1 && active && local == 0) {
       const int64_t channel = instance % p.channels;
       if constexpr (kAffineEarly) {
-        weight_early = channel_value(p.weight, channel, acc_t(1));
-        bias_early = channel_value(p.bias, channel, acc_t(0));
+        const typename Op::Affine a = Op::affine_of(p, channel);  // the affine rows' own load
+        weight_early = a.weight;
+        bias_early = a.bias;
       } else {
         prefetch_channel(p.weight, channel);
         prefetch_channel(p.bias, channel);
@@ -3126,7 +3129,7 @@ cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span, const typenam
 
 // Two sums over the batch per channel, of values at n * C + c (n < batch): the affine gradients from the
 // backward's per-instance sums, the running statistics from the forward's, from kBatchSumMinBatch on. A
-// CTA takes kBatchSumChannels consecutive channels (32 bytes of float values: a warp's loads are four
+// CTA takes kBatchSumChannels consecutive channels (32 bytes of float sums, 64 of double: a warp's loads are four
 // batch rows of whole sectors where C is a multiple of 8) and blockDim / kBatchSumChannels strided slices
 // of the batch (a power of two); each thread adds its slice in order, then the slices are added pairwise
 // in shared memory: a fixed order, deterministic. The warp per channel (warp_sums) reads each lane's
@@ -3172,8 +3175,8 @@ struct SumPair {
 
 // The same two sums below kBatchSumMinBatch: a warp per channel, each lane a batch row (one sector each),
 // warp_reduce's butterfly, a CTA of kMergeThreads. These kernels before batch_sums; at N = 8 to 64 they
-// beat it by 0.4-0.6 us (running statistics, s39/call1: its tree's barriers cost more than the lanes'
-// scattered sectors at one load a thread), from N = 112 on batch_sums wins (0.52-0.94x).
+// beat it by 0.18-0.67 us graph (running statistics, s39/call1: its tree's barriers cost more than the lanes'
+// scattered sectors at one load a thread), from N = 112 on batch_sums wins (0.51-0.96x).
 template <typename sum_t, class Load, class Finish>
 __device__ __forceinline__ void warp_sums(int64_t batch, int64_t channels, Load load, Finish finish) {
   const int lane = threadIdx.x & (kWarpSize - 1);
@@ -3192,55 +3195,53 @@ __device__ __forceinline__ void warp_sums(int64_t batch, int64_t channels, Load 
   }
 }
 
-// batch_sums from kBatchSumMinBatch on, warp_sums below (a uniform branch: the host's launch follows it,
-// batch_sum_launch).
-template <typename sum_t, class Load, class Finish>
-__device__ __forceinline__ void sums_over_batch(int64_t batch, int64_t channels, Load load, Finish finish) {
-  if (batch >= kBatchSumMinBatch) {
-    batch_sums<sum_t>(batch, channels, load, finish);
-  } else {
-    warp_sums<sum_t>(batch, channels, load, finish);
-  }
-}
-
-// dweight[c] = sum over n of sums[1][n * C + c], dbias[c] of sums[0][...] (sums_over_batch's fixed order).
-template <typename acc_t>
-__global__ void __launch_bounds__(kBatchSumChannels * kBatchSumSlices)
+// dweight[c] = sum over n of sums[1][n * C + c], dbias[c] of sums[0][...] (batch_sums' or warp_sums' fixed order).
+// kTiles: batch_sums (from kBatchSumMinBatch on), or warp_sums in its own instance: no static shared
+// memory and kMergeThreads' bounds below it.
+template <typename acc_t, bool kTiles>
+__global__ void __launch_bounds__(kTiles ? kBatchSumChannels * kBatchSumSlices : kMergeThreads)
 channel_sums_kernel(const acc_t* sums, int64_t batch, int64_t channels, ChannelVector dweight, ChannelVector dbias) {
   wait_for_prior_grid();  // the backward's sums
   const int64_t P = batch * channels;
-  sums_over_batch<acc_t>(
-      batch, channels, [&](int64_t i) { return SumPair<acc_t>{sums[i], sums[P + i]}; },
-      [&](int64_t c, acc_t a, acc_t b) {
-        if (dweight.data != nullptr) set_channel_value(dweight, c, b);
-        if (dbias.data != nullptr) set_channel_value(dbias, c, a);
-      });
+  const auto load = [&](int64_t i) { return SumPair<acc_t>{sums[i], sums[P + i]}; };
+  const auto finish = [&](int64_t c, acc_t a, acc_t b) {
+    if (dweight.data != nullptr) set_channel_value(dweight, c, b);
+    if (dbias.data != nullptr) set_channel_value(dbias, c, a);
+  };
+  if constexpr (kTiles) {
+    batch_sums<acc_t>(batch, channels, load, finish);
+  } else {
+    warp_sums<acc_t>(batch, channels, load, finish);
+  }
 }
 
 // What F.instance_norm does with running statistics: each instance updates its channel's copy with
 // its own mean and unbiased variance, and the copies are averaged over the batch (in float64; the
 // variance comes back from rstd). An empty batch averages nothing: NaN, as in PyTorch.
-template <typename acc_t>
-__global__ void __launch_bounds__(kBatchSumChannels * kBatchSumSlices)
+template <typename acc_t, bool kTiles>
+__global__ void __launch_bounds__(kTiles ? kBatchSumChannels * kBatchSumSlices : kMergeThreads)
 running_stats_kernel(const acc_t* stats, int64_t batch, int64_t channels, int64_t count, double momentum, double eps,
                      ChannelVector running_mean, ChannelVector running_var) {
   wait_for_prior_grid();  // the forward's statistics
   const int64_t P = batch * channels;
   const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
-  sums_over_batch<double>(
-      batch, channels,
-      [&](int64_t i) {
-        const double rstd = static_cast<double>(stats[P + i]);
-        return SumPair<double>{static_cast<double>(stats[i]), (1.0 / (rstd * rstd) - eps) * unbias};
-      },
-      [&](int64_t c, double mean_sum, double var_sum) {
-        const double mean = mean_sum / static_cast<double>(batch);
-        const double var = var_sum / static_cast<double>(batch);
-        const double old_mean = channel_value(running_mean, c, 0.0);
-        const double old_var = channel_value(running_var, c, 0.0);
-        set_channel_value(running_mean, c, (1.0 - momentum) * old_mean + momentum * mean);
-        set_channel_value(running_var, c, (1.0 - momentum) * old_var + momentum * var);
-      });
+  const auto load = [&](int64_t i) {
+    const double rstd = static_cast<double>(stats[P + i]);
+    return SumPair<double>{static_cast<double>(stats[i]), (1.0 / (rstd * rstd) - eps) * unbias};
+  };
+  const auto finish = [&](int64_t c, double mean_sum, double var_sum) {
+    const double mean = mean_sum / static_cast<double>(batch);
+    const double var = var_sum / static_cast<double>(batch);
+    const double old_mean = channel_value(running_mean, c, 0.0);
+    const double old_var = channel_value(running_var, c, 0.0);
+    set_channel_value(running_mean, c, (1.0 - momentum) * old_mean + momentum * mean);
+    set_channel_value(running_var, c, (1.0 - momentum) * old_var + momentum * var);
+  };
+  if constexpr (kTiles) {
+    batch_sums<double>(batch, channels, load, finish);
+  } else {
+    warp_sums<double>(batch, channels, load, finish);
+  }
 }
 
 __global__ void fill_kernel(ChannelVector target, int64_t count, double value) {
@@ -3502,23 +3503,23 @@ auto with_acc(DType dtype, F&& f) {
   return dtype == DType::kDouble ? f(double()) : f(float());
 }
 
-// sums_over_batch's launch: from kBatchSumMinBatch on, batch_sums' CTA per kBatchSumChannels channels, of
-// kBatchSumChannels threads a slice of the batch, the slices a power of two from 4 (a warp) up to
-// kBatchSumSlices and no more than the batch needs; below it, warp_sums' warp per channel in CTAs of
-// kMergeThreads.
+// The per-channel kernels' launch: from kBatchSumMinBatch on, batch_sums' instance, a CTA per
+// kBatchSumChannels channels of kBatchSumSlices slices of the batch (kBatchSumChannels threads each); below it,
+// warp_sums' own instance (no shared memory, kMergeThreads' bounds), a warp per channel in CTAs of kMergeThreads.
 struct BatchSumLaunch {
+  bool tiles;  // batch_sums' instance (kTiles), or warp_sums'
   unsigned grid;
   int block;
 };
 BatchSumLaunch batch_sum_launch(int64_t batch, int64_t channels) {
   if (batch < kBatchSumMinBatch) {
     constexpr int64_t kWarps = kMergeThreads / kWarpSize;
-    return {static_cast<unsigned>(grid_limit((channels + kWarps - 1) / kWarps)), kMergeThreads};
+    return {false, static_cast<unsigned>(grid_limit((channels + kWarps - 1) / kWarps)), kMergeThreads};
   }
-  int slices = kWarpSize / kBatchSumChannels;
-  while (slices < kBatchSumSlices && slices < batch) slices *= 2;
-  return {static_cast<unsigned>(grid_limit((channels + kBatchSumChannels - 1) / kBatchSumChannels)),
-          slices * kBatchSumChannels};
+  // From kBatchSumMinBatch on the batch fills kBatchSumSlices slices (at least about half of them).
+  static_assert(kBatchSumMinBatch > kBatchSumSlices / 2, "batch_sums' block: every slice holds a batch row");
+  return {true, static_cast<unsigned>(grid_limit((channels + kBatchSumChannels - 1) / kBatchSumChannels)),
+          kBatchSumChannels * kBatchSumSlices};
 }
 
 }  // namespace
@@ -3578,7 +3579,8 @@ cudaError_t launch_channel_sums(const Problem& pr, ChannelVector dweight, Channe
   return with_acc(pr.dtype, [&](auto tag) {
     using acc_t = decltype(tag);
     const BatchSumLaunch l = batch_sum_launch(batch, pr.channels);
-    return launch_after(dependent, channel_sums_kernel<acc_t>, dim3(l.grid), l.block, 0, stream,
+    auto kernel = l.tiles ? channel_sums_kernel<acc_t, true> : channel_sums_kernel<acc_t, false>;
+    return launch_after(dependent, kernel, dim3(l.grid), l.block, 0, stream,
                         static_cast<const acc_t*>(pr.sums), batch, pr.channels, dweight, dbias);
   });
 }
@@ -3590,7 +3592,8 @@ cudaError_t launch_running_stats(DType acc, const void* stats, int64_t batch, in
   return with_acc(acc, [&](auto tag) {
     using acc_t = decltype(tag);
     const BatchSumLaunch l = batch_sum_launch(batch, channels);
-    return launch_after(dependent, running_stats_kernel<acc_t>, dim3(l.grid), l.block, 0, stream,
+    auto kernel = l.tiles ? running_stats_kernel<acc_t, true> : running_stats_kernel<acc_t, false>;
+    return launch_after(dependent, kernel, dim3(l.grid), l.block, 0, stream,
                         static_cast<const acc_t*>(stats), batch, channels, count, momentum, eps, running_mean,
                         running_var);
   });

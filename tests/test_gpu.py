@@ -344,6 +344,20 @@ def test_flat_rows_named_instances(ops, rng, dtype):
             check_plan(ops, v, weight, bias, 1e-5, ("flat", per_cta, 0, 0, 0), f"{dtype} shape={tuple(v.shape)}")
 
 
+
+@pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
+def test_flat_rows_weight_or_bias(ops, rng, dtype):
+    """The rows' two kernels (kRowsAffine where the forward has a weight or a bias, kRowsPlain where it has
+    neither) with a weight alone and a bias alone (the other reads as 1 / 0), and with neither, on the
+    default plan at G 2 and 8 on a few CTAs, a channel each, against float64, outputs poisoned."""
+    for hw in (12, 49):
+        v = make_input((2, 37) + split_hw(hw, rng), dtype, rng)
+        weight = torch.randn(37, device="cuda").to(dtype)
+        bias = torch.randn(37, device="cuda").to(dtype)
+        for w, b in ((weight, None), (None, bias), (None, None)):
+            check_plan(ops, v, w, b, 1e-5, None,
+                       f"{dtype} shape={tuple(v.shape)} weight={w is not None} bias={b is not None}")
+
 def check_flat(inorm, ops, rng, dtype, plan, hw):
     """A flat plan on (n, c, hw) with N*C random up to a few thousand: forward against float64, the
     backward's dx, dweight and dbias against the multi_cta plan's."""

@@ -110,23 +110,24 @@ def test_gradients_track_running_stats_train_and_eval(inorm, gen, seed):
         assert torch.allclose(ours.running_var, eager.running_var, atol=1e-5)
 
 
-# (N, C) around sums_over_batch's two forms: a warp per channel below kBatchSumMinBatch (96: N 1, 7, 33), and
+# (N, C) around the per-channel kernels' two instances: warp_sums below kBatchSumMinBatch (96: N 1, 7, 33), and
 # batch_sums' tiles from it on, C below, at and past kBatchSumChannels (8) and many tiles (1030), N past
-# kBatchSumSlices (128) slices and their unrolled loop. (The grid-stride second pass over tiles needs more
-# than kMaxGrid tiles: not tested.)
+# kBatchSumSlices (128) slices and their unrolled loop; float32 and float64 sums (acc_t float / double).
+# (The grid-stride second pass over tiles needs more than kMaxGrid tiles: not tested.)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("nc", [(1, 3), (7, 9), (129, 7), (1000, 17), (33, 1030), (300, 8)], ids=str)
-def test_batch_sums(inorm, nc, gen, seed):
+def test_batch_sums(inorm, nc, dtype, gen, seed):
     """The per-channel sums over the batch: dweight and dbias against float64 autograd, and the running
     statistics after one training step against nn.InstanceNorm2d's."""
     n, c = nc
-    ours = inorm.ModelNew(c, affine=True, track_running_stats=True).cuda()
-    eager = nn.InstanceNorm2d(c, affine=True, track_running_stats=True).cuda()
+    ours = inorm.ModelNew(c, affine=True, track_running_stats=True).cuda().to(dtype)
+    eager = nn.InstanceNorm2d(c, affine=True, track_running_stats=True).cuda().to(dtype)
     with torch.no_grad():
         ours.weight.copy_(torch.randn(c, device="cuda", generator=gen))
         ours.bias.copy_(torch.randn(c, device="cuda", generator=gen))
     eager.load_state_dict(ours.state_dict())
-    x = torch.randn(n, c, 3, 5, device="cuda", generator=gen) * 2 + 1
-    dy = torch.randn(n, c, 3, 5, device="cuda", generator=gen)
+    x = (torch.randn(n, c, 3, 5, device="cuda", generator=gen) * 2 + 1).to(dtype)
+    dy = torch.randn(n, c, 3, 5, device="cuda", generator=gen).to(dtype)
     _, (dx, dw, db) = grads_of(ours, x, dy)
     ref = reference_grads(x, dy, ours.weight, ours.bias, ours.eps)
     for name, got, want in (("dweight", dw, ref[1]), ("dbias", db, ref[2])):
