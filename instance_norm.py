@@ -322,7 +322,8 @@ struct FlatShape {
   int instances;     // consecutive instances per CTA (the last CTA may have fewer)
   int group;         // G threads per instance in the reduction
   int span_vectors;  // shared-memory vectors per input: a span of `instances` instances plus its edges
-  int rows;          // 1: the forward's register rows (flat_kernel<Op, kRowsPlain or kRowsAffine>; G * kFlatRowValues >= M)
+  int rows;          // > 0: the forward's register rows (flat_kernel<Op, kRowsPlain or kRowsAffine, rows>; G * kFlatRowValues >= M),
+                     // `rows` elements an access (rows_width)
   int block;         // threads a CTA: kFlatThreads, or kFlatRowsBlock for the default rows of G 2 to 16
 };
 
@@ -1834,9 +1835,44 @@ __device__ __forceinline__ P* opaque_pointer(P* ptr) {
 // forward has a weight or bias, kRowsPlain where it has neither (flat_rows_kernel).
 inline constexpr int kRowsPlain = 1;
 inline constexpr int kRowsAffine = 2;
-template <class Op, int kRows = 0>
+
+// The rows' accesses of kWidth > 1 consecutive elements (4, 8 or 16 bytes; the host takes them where H*W is a
+// multiple of kWidth and both pointers are aligned to it): access j holds elements [j * kWidth, (j + 1) *
+// kWidth), in the low words of a uint4 (Elem<T>::get and Elem<T>::pack read and fill those).
+template <typename T, int kWidth>
+__device__ __forceinline__ uint4 load_access(const T* row, int j) {
+  constexpr int kBytes = kWidth * int(sizeof(T));
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "an access of 4, 8 or 16 bytes");
+  const T* at = row + j * kWidth;
+  uint4 u = make_uint4(0, 0, 0, 0);
+  if constexpr (kBytes == 16) {
+    u = *reinterpret_cast<const uint4*>(at);
+  } else if constexpr (kBytes == 8) {
+    const uint2 h = *reinterpret_cast<const uint2*>(at);
+    u.x = h.x;
+    u.y = h.y;
+  } else {
+    u.x = *reinterpret_cast<const unsigned int*>(at);
+  }
+  return u;
+}
+template <typename T, int kWidth>
+__device__ __forceinline__ void store_access(T* row, int j, const uint4& u) {
+  constexpr int kBytes = kWidth * int(sizeof(T));
+  T* at = row + j * kWidth;
+  if constexpr (kBytes == 16) {
+    *reinterpret_cast<uint4*>(at) = u;
+  } else if constexpr (kBytes == 8) {
+    *reinterpret_cast<uint2*>(at) = make_uint2(u.x, u.y);
+  } else {
+    *reinterpret_cast<unsigned int*>(at) = u.x;
+  }
+}
+
+template <class Op, int kRows = 0, int kWidth = 1>
 __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::T> p, FlatShape shape) {
   static_assert(!kRows || (Op::kInputs == 1 && !Op::kCoefKnown), "rows: the instance-statistics forward");
+  static_assert(kWidth == 1 || kRows, "accesses wider than an element: the rows only");
   allow_dependent_grid();  // the per-channel reduction that may follow (channel sums, running statistics)
   using T = typename Op::T;
   using acc_t = typename Op::acc_t;
@@ -1898,13 +1934,26 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     }
     const int64_t at = begin + int64_t(active ? q : 0) * M;
     const T* row = opaque_pointer(Op::input(p, 0) + at);
+    // Value k of a lane is element (local + (k / kWidth) * G) * kWidth + k % kWidth: kWidth elements an
+    // access (kWidth 1: element local + k * G), A accesses a row.
+    constexpr int kAccesses = kFlatRowValues / kWidth;
+    const int A = M / kWidth;
     acc_t v[kFlatRowValues];
+    if constexpr (kWidth == 1) {
 #pragma unroll
-    for (int k = 0; k < kFlatRowValues; ++k) v[k] = Elem<T>::to_acc(row[min(local + k * G, M - 1)]);
+      for (int k = 0; k < kFlatRowValues; ++k) v[k] = Elem<T>::to_acc(row[min(local + k * G, M - 1)]);
+    } else {
+#pragma unroll
+      for (int a = 0; a < kAccesses; ++a) {
+        const uint4 u = load_access<T, kWidth>(row, min(local + a * G, A - 1));
+#pragma unroll
+        for (int i = 0; i < kWidth; ++i) v[a * kWidth + i] = Elem<T>::get(u, i);
+      }
+    }
     acc_t sum = 0;
 #pragma unroll
     for (int k = 0; k < kFlatRowValues; ++k) {
-      if (!active || local + k * G >= M) v[k] = acc_t(0);
+      if (!active || local + (k / kWidth) * G >= A) v[k] = acc_t(0);
       sum += v[k];
     }
     for (int o = G >> 1; o > 0; o >>= 1) sum += shfl_xor(sum, o);  // sums: no operand order
@@ -1914,7 +1963,7 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     acc_t d = 0, q2 = 0;
 #pragma unroll
     for (int k = 0; k < kFlatRowValues; ++k) {
-      const acc_t e = active && local + k * G < M ? v[k] - mean0 : acc_t(0);
+      const acc_t e = active && local + (k / kWidth) * G < A ? v[k] - mean0 : acc_t(0);
       d += e;
       q2 += e * e;
     }
@@ -1940,14 +1989,31 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     T* out = opaque_pointer(p.out + at);
     with_op_activation<Op>(p, [&](auto tag) {
       constexpr Family F = decltype(tag)::kFamily;
+      if constexpr (kWidth == 1) {
 #pragma unroll
-      for (int k = 0; k < kFlatRowValues; ++k) {
-        const int j = local + k * G;
-        if (j < M) {
-          const acc_t x[1] = {v[k]};
-          acc_t o = Op::template apply<F>(c, x, p.act);
-          if (residual != nullptr) o += scalar_at(residual, j);
-          out[j] = Elem<T>::from_acc(o);
+        for (int k = 0; k < kFlatRowValues; ++k) {
+          const int j = local + k * G;
+          if (j < M) {
+            const acc_t x[1] = {v[k]};
+            acc_t o = Op::template apply<F>(c, x, p.act);
+            if (residual != nullptr) o += scalar_at(residual, j);
+            out[j] = Elem<T>::from_acc(o);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int a = 0; a < kAccesses; ++a) {
+          const int j = local + a * G;
+          if (j < A) {
+            acc_t o[Elem<T>::kVec] = {};  // Elem<T>::pack's whole vector; only the first kWidth are stored
+#pragma unroll
+            for (int i = 0; i < kWidth; ++i) {
+              const acc_t x[1] = {v[a * kWidth + i]};
+              o[i] = Op::template apply<F>(c, x, p.act);
+              if (residual != nullptr) o[i] += scalar_at(residual, j * kWidth + i);
+            }
+            store_access<T, kWidth>(out, j, Elem<T>::pack(o));
+          }
         }
       }
     });
@@ -3301,11 +3367,19 @@ auto with_op(DType dtype, Direction direction, Source source, bool epilogue, F&&
 
 // The flat kernel's register rows for Op, where it has them (the instance-statistics forward): with a
 // weight or bias, or without.
+template <class Op, int kWidth>
+const void* flat_rows_kernel_of(bool affine) {
+  return affine ? reinterpret_cast<const void*>(&flat_kernel<Op, kRowsAffine, kWidth>)
+                : reinterpret_cast<const void*>(&flat_kernel<Op, kRowsPlain, kWidth>);
+}
 template <class Op>
-const void* flat_rows_kernel(bool affine) {
+const void* flat_rows_kernel(bool affine, int width) {
   if constexpr (Elem<typename Op::T>::kVec >= 4 && Op::kInputs == 1 && !Op::kCoefKnown) {
-    return affine ? reinterpret_cast<const void*>(&flat_kernel<Op, kRowsAffine>)
-                  : reinterpret_cast<const void*>(&flat_kernel<Op, kRowsPlain>);
+    switch (width) {
+      case 4: return flat_rows_kernel_of<Op, 4>(affine);
+      case 2: return flat_rows_kernel_of<Op, 2>(affine);
+      default: return flat_rows_kernel_of<Op, 1>(affine);
+    }
   } else {
     return nullptr;
   }
@@ -3479,7 +3553,14 @@ cudaError_t launch_typed(const Plan& plan, const Problem& pr, const Launch& laun
   };
   if (plan.regime == Regime::kFlat) {
     const bool affine = pr.weight.data != nullptr || pr.bias.data != nullptr;
-    return launch_plain(launch.flat, launch.flat.rows ? flat_rows_kernel<Op>(affine) : typed_kernel_for<Op>(plan));
+    if (!launch.flat.rows) return launch_plain(launch.flat, typed_kernel_for<Op>(plan));
+    // flat_shape's access width holds where the input and the output are aligned to it (the input is
+    // 16-byte aligned, aligned_contiguous; the output is allocated here), else one element an access.
+    const Params<typename Op::T> p = params_of<typename Op::T>(pr);
+    const uintptr_t bytes = uintptr_t(launch.flat.rows) * sizeof(typename Op::T);
+    // (p.x, not Op::input: that is __device__ only, and its host copy ends the process without a word.)
+    const bool fits = (reinterpret_cast<uintptr_t>(p.x) % bytes | reinterpret_cast<uintptr_t>(p.out) % bytes) == 0;
+    return launch_plain(launch.flat, flat_rows_kernel<Op>(affine, fits ? launch.flat.rows : 1));
   }
   if (plan.regime == Regime::kClOnchip) return launch_plain(launch.cl, typed_kernel_for<Op>(plan));
   const void* kernel = typed_kernel_for<Op>(plan);
@@ -3908,6 +3989,17 @@ ClShape cl_shape(const Plan& plan, DType dtype, Direction direction, const Shape
   return s;
 }
 
+// The register rows' elements an access (FlatShape.rows): the widest of 4 and 2 that divides H*W (so that
+// every row starts on such an access; at most 16 bytes), else 1. Fewer load and store instructions an
+// element, where the rows issue more than the grid's bytes need: bf16 (2048, 256, 3, 4) read 12 elements
+// in 8 2-byte loads a lane against 2 8-byte ones.
+int rows_width(DType dtype, int64_t instance_size) {
+  for (int w : {4, 2}) {
+    if (instance_size % w == 0 && w * element_bytes(dtype) <= kVectorBytes) return w;
+  }
+  return 1;
+}
+
 // The most instances a flat CTA of `group` threads per instance holds (threads, and the span's bytes).
 int64_t flat_most_instances(DType dtype, int64_t instance_size, int group) {
   const int64_t M = std::max<int64_t>(1, instance_size);
@@ -3958,7 +4050,7 @@ FlatShape flat_shape(DType dtype, bool rows, int64_t instance_size, int64_t inst
     }
   }
   if (plan.threads != 0) s.group = plan.threads;
-  s.rows = rows && (rows_group || plan.threads != 0) && int64_t(s.group) * kFlatRowValues >= M ? 1 : 0;
+  s.rows = rows && (rows_group || plan.threads != 0) && int64_t(s.group) * kFlatRowValues >= M ? rows_width(dtype, M) : 0;
   const int64_t most = flat_most_instances(dtype, M, s.group);
   const int64_t per_sm = kFlatCtasPerSm;
   const int64_t want = instances_total > 0 ? (instances_total + per_sm * sms - 1) / (per_sm * sms) : most;

@@ -284,11 +284,11 @@ def test_fused_odd_sizes(inorm, ops, rng, dtype):
 @CUDA
 def test_fused_rows_many_ctas(inorm, ops, rng, dtype):
     """The flat forward's register rows with an epilogue past one CTA (every rows G: H*W 3 to 100, G 1 to
-    16; the default plan's 128-thread CTAs of 128 / G instances for G 2 to 16, a partial last CTA): a
+    16; accesses of 1, 2 and 4 elements; the default plan's 128-thread CTAs of 128 / G instances for G 2 to 16, a partial last CTA): a
     random activation, residual and affine on a few hundred to ~2000 instances of contiguous input (a
     channels-last one takes the channels-last plans), forward and backward against float64. (float64 never
     takes the rows.)"""
-    for hw in (3, 6, 12, 25, 49, 100):
+    for hw in (3, 4, 6, 10, 12, 16, 25, 36, 49, 100):  # accesses of 1, 4, 2 elements (rows_width)
         act = rng.choice(ACTS)
         slope = rng.choice(SLOPES) if act == "leaky_relu" else 0.0
         residual, affine = rng.random() < 0.5, rng.random() < 0.7
