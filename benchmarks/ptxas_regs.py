@@ -7,7 +7,9 @@ with nvcc -Xptxas -v for one architecture (a few minutes each on two cores; runs
 prints, per kernel whose demangled name contains one of the --match strings, its registers and
 spill bytes (stores, loads) for each file side by side (--match may be given several times). Register counts set occupancy: the
 Activated onchip forward kernel sat at its 64-register cap with spills while the plain one used 42
-(benchmarks/NOTES.md, eleventh session). Needs PyTorch, nvcc (CUDA_HOME or /usr/local/cuda) and c++filt.
+(benchmarks/NOTES.md, eleventh session). It also warns when the kernel object imports `exit` (a host call of a
+__device__-only function, which nvcc compiles silently inside templates). Needs PyTorch, nvcc (CUDA_HOME or
+/usr/local/cuda), c++filt and nm.
 """
 
 import argparse
@@ -56,6 +58,12 @@ def ptxas_report(path, source, arch, workdir):
         if found and name:
             report[name] = (int(found.group(1)),) + spills
             name = None
+    # A host-side call of a __device__-only function compiles without a word inside a template, and its host
+    # copy calls exit(1) at run time (thirty-sixth session: a launch that ended the process, status 1, silently).
+    # The kernel object then imports `exit`; the kernel code itself never calls it.
+    undefined = subprocess.run(["nm", "-u", base + ".o"], capture_output=True, text=True).stdout.split()
+    if "exit" in undefined:
+        print(f"# WARNING {path}: the kernel object imports exit: a host call of a __device__ function?")
     names = list(report)
     demangled = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
     clean = [d.replace("instance_norm_regs::", "").replace("(anonymous namespace)::", "").split("(Params")[0]

@@ -8,9 +8,9 @@
 set -uo pipefail
 P=benchmarks/prototypes
 source $P/ab_env.sh brows $P/rows_bwd_s40.patch
-SH=64x256x7x7,32x256x7x7,1024x256x4x4,2048x256x3x4,128x512x8x8,512x256x5x5,8x512x8x8,64x256x12x12
+SH=64x256x7x7,32x256x7x7,1024x256x7x7,1024x256x4x4,2048x256x3x4,4096x256x2x2,256x256x2x3,128x512x8x8,512x256x5x5,8x512x8x8,64x256x12x12
 timeout 220 python3 $P/pdl_ab_s21.py base=instance_norm.py brows=/tmp/vab/brows/instance_norm.py \
   --rounds 2 --cases bwd,bwdaff,train,acttrain --shapes $SH --dtypes float32,bfloat16 > $OUT/ab.txt 2>&1
 echo "A/B rc=$? at $((SECONDS - START)) s"
-python3 $P/ab_verdict.py $OUT/ab.txt --rows 64 --worst 10 | tee $OUT/verdict.txt
+python3 $P/ab_verdict.py $OUT/ab.txt --rows 88 --worst 10 | tee $OUT/verdict.txt
 source $P/suite_with_patch.sh $P/rows_bwd_s40.patch 595
