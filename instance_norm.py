@@ -23,11 +23,13 @@ flat              H*W up to 144, the backward up   whole consecutive instances p
                                                    wherever instances start; a thread (up to a
                                                    warp) reduces each instance; one read: 7x7 at
                                                    1.5x the copy, a warp per instance took 3.7x;
-                                                   the forward on few instances, or ones that
-                                                   fill 3/4 of G * 8 slots: register rows (G
-                                                   lanes an instance, loaded straight from
-                                                   global memory; the default plan's CTAs of 128
-                                                   threads for G 2 to 16)
+                                                   forward and the backward without an
+                                                   activation on few instances, or
+                                                   ones that fill 3/4 of G * 8 slots: register
+                                                   rows (G lanes an instance, loaded straight
+                                                   from global memory 4 or 2 elements an access
+                                                   where H*W is a multiple; the default plan's
+                                                   CTAs of 128 threads for G 2 to 16)
 onchip, a warp    H*W up to 1024                   several instances per CTA; warp-shuffle
 per instance                                       merges; no barrier
 onchip, a CTA     up to 32K elements (128 KB);     cp.async copies the instance into shared
@@ -115,7 +117,8 @@ cancellation; constant instances give exactly zero). Accumulation is in float32 
 float64 input) in a fixed order, so results are bitwise reproducible; the affine gradients are
 reduced over the batch by a kernel in a fixed order too. Instances that do not start or end on a
 16-byte boundary hand their few edge elements to as many threads, one scalar access each;
-everything else moves in 16-byte vectors.
+everything else moves in 16-byte vectors (but the flat family's register rows, which move 1, 2 or 4
+elements an access: rows_width).
 
 On sm_90 devices (with kernels built for sm_90 or newer) a call's later kernels (the merge and the
 element map of multi_cta and cl_split, the affine gradients' per-channel sums) are launched
@@ -322,8 +325,9 @@ struct FlatShape {
   int instances;     // consecutive instances per CTA (the last CTA may have fewer)
   int group;         // G threads per instance in the reduction
   int span_vectors;  // shared-memory vectors per input: a span of `instances` instances plus its edges
-  int rows;          // > 0: the forward's register rows (flat_kernel<Op, kRowsPlain or kRowsAffine, rows>; G * kFlatRowValues >= M),
-                     // `rows` elements an access (rows_width)
+  int rows;          // 0: the span path; 1, 2 or 4: the register rows (G * kFlatRowValues >= M) and their elements an
+                     // access (rows_width; launch_typed takes 1 where x, dy or out is not aligned to it):
+                     // flat_kernel<Op, kRowsPlain or kRowsAffine, width>
   int block;         // threads a CTA: kFlatThreads, or kFlatRowsBlock for the default rows of G 2 to 16
 };
 
@@ -1793,9 +1797,10 @@ __global__ void __launch_bounds__(Op::kMaxBlock) onchip_kernel(Params<typename O
 // sequence; the group's first thread leaves the instance's coefficients in shared memory; and every
 // thread maps the vectors it copied through the coefficients of their elements' instances and
 // stores them. One launch, one read, and few instructions per element: the reduction costs a few per
-// value, not a butterfly per handful of values. The forward with instance statistics where flat_shape says
-// takes register rows instead (G lanes an instance, 8 values each loaded from global memory, butterfly
-// sums, element stores: flat_kernel<Op, kRowsPlain / kRowsAffine>, and flat_shape's cut).
+// value, not a butterfly per handful of values. The forward and backward with instance statistics where
+// flat_shape says take register rows instead (G lanes an instance, 8 values each (x and dy in the backward)
+// loaded from global memory 1, 2 or 4 elements an access (rows_width), butterfly sums, stores of the same
+// width: flat_kernel<Op, kRowsPlain / kRowsAffine, kWidth>, and flat_shape's cut).
 // =====================================================================================
 
 // Butterfly over groups of G lanes (a power of two up to a warp) in a fixed order; every lane ends
@@ -1871,7 +1876,7 @@ __device__ __forceinline__ void store_access(T* row, int j, const uint4& u) {
 
 template <class Op, int kRows = 0, int kWidth = 1>
 __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::T> p, FlatShape shape) {
-  static_assert(!kRows || (Op::kInputs == 1 && !Op::kCoefKnown), "rows: the instance-statistics forward");
+  static_assert(!kRows || !Op::kCoefKnown, "rows: the forward and backward with instance statistics");
   static_assert(kWidth == 1 || kRows, "accesses wider than an element: the rows only");
   allow_dependent_grid();  // the per-channel reduction that may follow (channel sums, running statistics)
   using T = typename Op::T;
@@ -1901,19 +1906,75 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
 
   // Register rows (kRows: the forward with instance statistics, launched where the host's FlatShape.rows
   // says: G * kFlatRowValues >= M, with the rows' default G where its rule takes them, or a plan's G): thread
-  // `local` of instance q holds the instance's values local + k * G in registers, loaded straight from
-  // global memory (no span, no barrier: each lane waits only for its own loads, as quack's LayerNorm at
-  // such rows). The sums go round the G lanes by butterfly (every lane ends with the same bits: each
+  // `local` of instance q holds values local + k * G (kWidth 1; wider accesses below) in registers, loaded
+  // straight from global memory (no span, no barrier: each lane waits only for its own loads, as quack's
+  // LayerNorm at such rows). The sums go round the G lanes by butterfly (every lane ends with the same bits: each
   // level adds the same two values), every lane computes the coefficients, and each stores its own
-  // values (4- or 2-byte stores, as quack's LayerNorm does): no map over vectors (proposal A of
+  // values (stores of 1, 2 or 4 elements, the loads' width): no map over vectors (proposal A of
   // benchmarks/NOTES.md, thirty-first session; kept in the thirty-second for small grids, widened in the
   // thirty-third).
-  if constexpr (kRows) {
+  if constexpr (kRows && Op::kInputs == 2) {
+    // The backward's register rows (thirty-seventh session; without an activation only, see run): the
+    // forward rows' layout for x and dy (thread `local` holds values local + (k / kWidth) * G, kWidth
+    // elements an access), the instance's two sums (g, g * (x - mean)) by butterfly, every lane the coefficients from them, lane 0 publishing them
+    // for the affine gradients, each lane storing its own dx. No shared memory, no barrier.
+    const typename Op::Known known = Op::known(p, instance);
+    const int64_t at = begin + int64_t(active ? q : 0) * M;
+    constexpr int kAccesses = kFlatRowValues / kWidth;
+    const int A = M / kWidth;
+    acc_t v[2][kFlatRowValues];
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      const T* row = opaque_pointer(Op::input(p, t) + at);
+      if constexpr (kWidth == 1) {
+#pragma unroll
+        for (int k = 0; k < kFlatRowValues; ++k) v[t][k] = Elem<T>::to_acc(row[min(local + k * G, M - 1)]);
+      } else {
+#pragma unroll
+        for (int a = 0; a < kAccesses; ++a) {
+          const uint4 u = load_access<T, kWidth>(row, min(local + a * G, A - 1));
+#pragma unroll
+          for (int i = 0; i < kWidth; ++i) v[t][a * kWidth + i] = Elem<T>::get(u, i);
+        }
+      }
+    }
+    // A lane's accesses in the row are a prefix of its kAccesses (local + a * G < A).
+    const int mine = active && local < A ? min(kAccesses, (A - local + G - 1) >> (31 - __clz(G))) : 0;
+    Partial s{};
+    with_op_activation<Op>(p, [&](auto tag) {
+      s = Op::template values_partial<decltype(tag)::kFamily, kFlatRowValues>(v, mine * kWidth, known);
+    });
+    for (int o = G >> 1; o > 0; o >>= 1) s = combine(s, shfl_xor(s, o));  // sums: no operand order
+    if (!active) return;
+    const Coef c = Op::coef(p, instance, s, known);
+    if (local == 0) Op::publish(p, instance, s, known);
+    T* out = opaque_pointer(p.out + at);
+    with_op_activation<Op>(p, [&](auto tag) {
+      constexpr Family F = decltype(tag)::kFamily;
+#pragma unroll
+      for (int a = 0; a < kAccesses; ++a) {
+        const int j = local + a * G;
+        if (j < A) {
+          acc_t o[Elem<T>::kVec] = {};
+#pragma unroll
+          for (int i = 0; i < kWidth; ++i) {
+            const acc_t x[2] = {v[0][a * kWidth + i], v[1][a * kWidth + i]};
+            o[i] = Op::template apply<F>(c, x, p.act);
+          }
+          if constexpr (kWidth == 1) {
+            out[j] = Elem<T>::from_acc(o[0]);
+          } else {
+            store_access<T, kWidth>(out, j, Elem<T>::pack(o));
+          }
+        }
+      }
+    });
+  } else if constexpr (kRows) {
     // Lean on instructions: at these sizes a warp's one dependent chain (load, butterflies,
     // coefficients, store) bounds the kernel, not bandwidth (ncu, thirty-third session: DRAM at 5-10 %,
     // ~465 instructions a warp at 7x7). So the channel is divided out once, the row's pointers are
     // formed once and indexed in 32 bits (opaque_pointer), and the loads are unpredicated (the index
-    // clamped into the row, the value masked after), so that all eight issue back to back.
+    // clamped into the row, the value masked after), so that a lane's 8 / kWidth loads issue back to back.
     // With a weight or bias (kRowsAffine) every lane loads its channel's before its row, not after the
     // reduction behind one lane's L1 prefetch (this kernel until the thirty-fourth session): a load issued
     // after the butterflies waited for L2 behind the grid's row traffic in every warp's one chain
@@ -3261,6 +3322,16 @@ __device__ __forceinline__ void warp_sums(int64_t batch, int64_t channels, Load 
   }
 }
 
+// The per-channel kernels' two sums: batch_sums in the kTiles instance, warp_sums in the other.
+template <bool kTiles, typename sum_t, class Load, class Finish>
+__device__ __forceinline__ void sums_over_batch(int64_t batch, int64_t channels, Load load, Finish finish) {
+  if constexpr (kTiles) {
+    batch_sums<sum_t>(batch, channels, load, finish);
+  } else {
+    warp_sums<sum_t>(batch, channels, load, finish);
+  }
+}
+
 // dweight[c] = sum over n of sums[1][n * C + c], dbias[c] of sums[0][...] (batch_sums' or warp_sums' fixed order).
 // kTiles: batch_sums (from kBatchSumMinBatch on), or warp_sums in its own instance: no static shared
 // memory and kMergeThreads' bounds below it.
@@ -3274,11 +3345,7 @@ channel_sums_kernel(const acc_t* sums, int64_t batch, int64_t channels, ChannelV
     if (dweight.data != nullptr) set_channel_value(dweight, c, b);
     if (dbias.data != nullptr) set_channel_value(dbias, c, a);
   };
-  if constexpr (kTiles) {
-    batch_sums<acc_t>(batch, channels, load, finish);
-  } else {
-    warp_sums<acc_t>(batch, channels, load, finish);
-  }
+  sums_over_batch<kTiles, acc_t>(batch, channels, load, finish);
 }
 
 // What F.instance_norm does with running statistics: each instance updates its channel's copy with
@@ -3303,11 +3370,7 @@ running_stats_kernel(const acc_t* stats, int64_t batch, int64_t channels, int64_
     set_channel_value(running_mean, c, (1.0 - momentum) * old_mean + momentum * mean);
     set_channel_value(running_var, c, (1.0 - momentum) * old_var + momentum * var);
   };
-  if constexpr (kTiles) {
-    batch_sums<double>(batch, channels, load, finish);
-  } else {
-    warp_sums<double>(batch, channels, load, finish);
-  }
+  sums_over_batch<kTiles, double>(batch, channels, load, finish);
 }
 
 __global__ void fill_kernel(ChannelVector target, int64_t count, double value) {
@@ -3365,20 +3428,26 @@ auto with_op(DType dtype, Direction direction, Source source, bool epilogue, F&&
   }
 }
 
-// The flat kernel's register rows for Op, where it has them (the instance-statistics forward): with a
-// weight or bias, or without.
+// The flat kernel's register rows for Op, where it has them (instance statistics): the forward's with a
+// weight or bias or without, the backward's without an activation (one kind), and `width` elements an access
+// (4, 2, else 1).
 template <class Op, int kWidth>
 const void* flat_rows_kernel_of(bool affine) {
-  return affine ? reinterpret_cast<const void*>(&flat_kernel<Op, kRowsAffine, kWidth>)
-                : reinterpret_cast<const void*>(&flat_kernel<Op, kRowsPlain, kWidth>);
+  if constexpr (Op::kInputs == 2) {  // the backward reads weight and bias in Op::known, before its rows
+    return reinterpret_cast<const void*>(&flat_kernel<Op, kRowsPlain, kWidth>);
+  } else {
+    return affine ? reinterpret_cast<const void*>(&flat_kernel<Op, kRowsAffine, kWidth>)
+                  : reinterpret_cast<const void*>(&flat_kernel<Op, kRowsPlain, kWidth>);
+  }
 }
 template <class Op>
 const void* flat_rows_kernel(bool affine, int width) {
-  if constexpr (Elem<typename Op::T>::kVec >= 4 && Op::kInputs == 1 && !Op::kCoefKnown) {
+  if constexpr (Elem<typename Op::T>::kVec >= 4 && !Op::kCoefKnown && (Op::kInputs == 1 || !Op::Epilogue::kActive)) {
     switch (width) {
       case 4: return flat_rows_kernel_of<Op, 4>(affine);
       case 2: return flat_rows_kernel_of<Op, 2>(affine);
-      default: return flat_rows_kernel_of<Op, 1>(affine);
+      case 1: return flat_rows_kernel_of<Op, 1>(affine);
+      default: return nullptr;  // launch_plain refuses it
     }
   } else {
     return nullptr;
@@ -3554,12 +3623,12 @@ cudaError_t launch_typed(const Plan& plan, const Problem& pr, const Launch& laun
   if (plan.regime == Regime::kFlat) {
     const bool affine = pr.weight.data != nullptr || pr.bias.data != nullptr;
     if (!launch.flat.rows) return launch_plain(launch.flat, typed_kernel_for<Op>(plan));
-    // flat_shape's access width holds where the input and the output are aligned to it (the input is
-    // 16-byte aligned, aligned_contiguous; the output is allocated here), else one element an access.
-    const Params<typename Op::T> p = params_of<typename Op::T>(pr);
+    // flat_shape's access width holds where x, dy and the output are aligned to it, else one element an access
+    // (x and dy come 16-byte aligned from aligned_contiguous, the output from at::empty: they always are, as the
+    // span path's vector stores also assume).
     const uintptr_t bytes = uintptr_t(launch.flat.rows) * sizeof(typename Op::T);
-    // (p.x, not Op::input: that is __device__ only, and its host copy ends the process without a word.)
-    const bool fits = (reinterpret_cast<uintptr_t>(p.x) % bytes | reinterpret_cast<uintptr_t>(p.out) % bytes) == 0;
+    const bool fits = (reinterpret_cast<uintptr_t>(pr.x) % bytes | reinterpret_cast<uintptr_t>(pr.dy) % bytes |
+                       reinterpret_cast<uintptr_t>(pr.out) % bytes) == 0;
     return launch_plain(launch.flat, flat_rows_kernel<Op>(affine, fits ? launch.flat.rows : 1));
   }
   if (plan.regime == Regime::kClOnchip) return launch_plain(launch.cl, typed_kernel_for<Op>(plan));
@@ -3598,7 +3667,7 @@ BatchSumLaunch batch_sum_launch(int64_t batch, int64_t channels) {
     return {false, static_cast<unsigned>(grid_limit((channels + kWarps - 1) / kWarps)), kMergeThreads};
   }
   // From kBatchSumMinBatch on the batch fills kBatchSumSlices slices (at least about half of them).
-  static_assert(kBatchSumMinBatch > kBatchSumSlices / 2, "batch_sums' block: every slice holds a batch row");
+  static_assert(kBatchSumMinBatch > kBatchSumSlices / 2, "batch_sums' block: the batch fills more than half of kBatchSumSlices");
   return {true, static_cast<unsigned>(grid_limit((channels + kBatchSumChannels - 1) / kBatchSumChannels)),
           kBatchSumChannels * kBatchSumSlices};
 }
@@ -4717,7 +4786,11 @@ void run(const Plan& plan, const Problem& problem) {
   } else if (plan.regime == Regime::kMultiCta) {
     allocate(chunk_workspace_bytes(problem));
   } else if (plan.regime == Regime::kFlat) {
-    launch.flat = flat_shape(problem.dtype, problem.direction == Direction::kForward && problem.source == Source::kInstance,
+    // Rows: the forward with instance statistics, and the backward with them and no activation (with gelu
+    // the rows' backward lost 3-8 % at bf16 (2048,256,3,4) and (1024,256,7,7), thirty-seventh session).
+    const bool rows = problem.source == Source::kInstance &&
+                      (problem.direction == Direction::kForward || problem.act == Activation::kIdentity);
+    launch.flat = flat_shape(problem.dtype, rows,
                              problem.instance_size, P, device_info().sms, plan);
     launch.block = launch.flat.block;
     // The rows read global memory straight (no span): no shared memory. The check below asks the span

@@ -11,6 +11,7 @@ import ast
 import inspect
 import os
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -137,10 +138,20 @@ def test_extension_compiles_and_links():
         "ops = instance_norm.load_extension()\n"
         "names = ('forward', 'forward_with_plan', 'describe_plan')\n"
         "print('OPS', all(hasattr(ops, n) for n in names))\n"
+        "print('LIBRARY', instance_norm._eager.__file__)\n"
     )
     result = run_python(code, env, cwd=ROOT, timeout=600)
     assert result.returncode == 0, f"build failed:\n{result.stdout[-5000:]}\n{result.stderr[-20000:]}"
     assert "OPS True" in result.stdout, result.stdout + result.stderr[-5000:]
+    # A host-side call of a __device__-only function compiles without a diagnostic inside a template, and its
+    # host copy calls exit(1): the first launch through it ends the process silently (thirty-sixth session).
+    # Nothing else in the extension imports exit.
+    nm = shutil.which("nm")
+    if nm is not None:
+        library = result.stdout.split("LIBRARY ", 1)[1].split()[0]
+        undefined = subprocess.run([nm, "-D", "--undefined-only", library], capture_output=True, text=True).stdout
+        assert not any(line.split()[-1].split("@")[0] == "exit" for line in undefined.splitlines() if line.split()), (
+            f"{library} imports exit: a host call of a __device__ function?")
 
 
 # --------------------------------------------------------------------------- CPU path

@@ -359,17 +359,19 @@ def test_flat_rows_weight_or_bias(ops, rng, dtype):
                        f"{dtype} shape={tuple(v.shape)} weight={w is not None} bias={b is not None}")
 
 @pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
-def test_flat_rows_widths(ops, rng, dtype):
+def test_flat_rows_widths(inorm, ops, rng, dtype):
     """The rows' accesses of 4, 2 and 1 elements (rows_width: the widest of 4 and 2 dividing H*W): H*W a
     multiple of 4, of 2 only, and odd, at every rows G (1 to 32), with and without weight and bias, on a
-    partial last CTA, a channel each, against float64, outputs poisoned."""
-    for hw in (2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 30, 36, 64, 100, 5, 7, 9, 49):
+    partial last CTA, a channel each, against float64, outputs poisoned; the backward's rows on the default
+    flat plan (dx, dweight, dbias against multi_cta's)."""
+    for hw in (2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 30, 36, 64, 100, 144, 5, 7, 9, 49):
         instances = rng.randint(100, 600)
         v = make_input((1, instances) + split_hw(hw, rng), dtype, rng)
         weight = torch.randn(instances, device="cuda").to(dtype)
         bias = torch.randn(instances, device="cuda").to(dtype)
         for w, b in ((weight, bias), (None, None)):
             check_plan(ops, v, w, b, 1e-5, None, f"{dtype} shape={tuple(v.shape)} affine={w is not None}")
+        check_backward_plan(inorm, ops, v, weight, bias, inorm.Plan.flat(), f"{dtype} shape={tuple(v.shape)} backward")
 
 
 def check_flat(inorm, ops, rng, dtype, plan, hw):
