@@ -4111,7 +4111,10 @@ FlatShape flat_shape(DType dtype, bool rows, int64_t instance_size, int64_t inst
     while (int64_t(g) * kFlatRowValues < M) g *= 2;
     const int64_t lanes = instances_total * g;
     const bool full = 4 * M >= int64_t(kFlatRowsFullQuarters) * g * kFlatRowValues;
+    // Rows of 2- and 4-element accesses (rows_width) on any grid up to G = 16: prepared in the thirty-sixth
+    // session from s40/call6 (any grid at any G lost bf16 (64,256,12,12), G = 32, 1.06x graph), to time.
     const bool few = M <= kFlatRowsAnyGrid || lanes <= int64_t(kFlatRowsLanesPerSm) * sms ||
+                     (rows_width(dtype, M) >= 2 && g <= 16) ||
                      (g >= 2 && (full || lanes <= int64_t(kFlatRowsWideLanesPerSm) * sms));
     if (few && plan.vectors <= kFlatThreads / g) {
       s.group = g;
