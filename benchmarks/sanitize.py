@@ -39,8 +39,8 @@ def per_regime(plans):
 
 
 # The flat plan: many tiny instances per CTA starting anywhere in a vector, a partial last CTA, and
-# the largest instance it holds.
-FLAT_SHAPES = [(3, 37, 7, 7), (2, 50, 1, 3), (5, 29, 8, 8), (2, 3, 33, 31), (1, 3, 64, 64)]
+# the largest instance it holds; the register rows at accesses of 1 (7x7), 2 (5x6) and 4 (3x4, 8x8) elements.
+FLAT_SHAPES = [(3, 37, 7, 7), (2, 50, 1, 3), (5, 29, 8, 8), (4, 23, 5, 6), (7, 13, 3, 4), (2, 3, 33, 31), (1, 3, 64, 64)]
 CL_SHAPES = [(3, 8, 7, 9), (2, 5, 33, 31), (2, 64, 7, 7), (1, 16, 67, 301), (2, 8, 5, 6, 7)]
 
 
