@@ -7,7 +7,9 @@
 # 2. rows_mends_s41.patch: comments and tests only for the two landed changes (kFlatRowsWideAccessGroup named,
 #    flat_shape's rule comment with s41/call3's figures, the review's stale comments; test_flat_rows_cut's H*W 18
 #    and 72 and the backward at its cuts, test_flat_rows_widths' H*W 17, 18, 34, 65, 66, 129, 130 and the backward
-#    without weight and bias and with gelu); needs its GPU suite to land. The 144 cut's combined patch also moves
+#    without weight and bias and with gelu), and the rows' loads and stores shared by the forward and the backward
+#    (load_row / store_row: all 316 kernels' SASS identical to the mends without them, sass_cmp_s25.py locally);
+#    needs its GPU suite to land. The 144 cut's combined patch also moves
 #    test_chosen_plans' (12,12) backward to flat and the docstring's and README's "the backward up to 64".
 # The suite runs on the mends with the 144 cut (rows_mends_fbs144_s41.patch) where the A/B says WINNER, else on
 # the mends alone. Land what the suite ran on: git apply that patch, check md5 against $OUT/md5.txt, commit.
