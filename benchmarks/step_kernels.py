@@ -28,8 +28,9 @@ args = parser.parse_args()
 dtype = getattr(torch, args.dtype)
 
 
-def graph_us(fn, reps=200):
-    """One step's CUDA-graph replay time in us (warm-up on a side stream, as the tests' capture does)."""
+def graph_us(fn, calls=50, reps=20):
+    """One step's CUDA-graph replay time in us: `calls` steps captured back to back in one graph, as
+    benchmarks/prototypes/pdl_ab_s21.py's figures are (warm-up on a side stream, as the tests' capture does)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -38,8 +39,9 @@ def graph_us(fn, reps=200):
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
-    for _ in range(10):
+        for _ in range(calls):
+            fn()
+    for _ in range(3):
         graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
@@ -48,7 +50,7 @@ def graph_us(fn, reps=200):
         graph.replay()
     end.record()
     torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / reps
+    return start.elapsed_time(end) * 1000 / (reps * calls)
 
 
 for text in args.shapes.split(","):
@@ -71,7 +73,7 @@ for text in args.shapes.split(","):
     times = collections.defaultdict(list)
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
-            times[event.name].append(event.device_time if hasattr(event, "device_time") else event.cuda_time)
+            times[event.name].append(event.time_range.elapsed_us())
     graph = graph_us(step)
     total = 0.0
     print(f"{args.module} {args.dtype} {text}: graph replay {graph:.2f} us a step")
