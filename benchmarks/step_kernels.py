@@ -18,6 +18,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import instance_norm  # noqa: E402
+from tune import graph_ms  # noqa: E402  (run as a script, benchmarks/ is on sys.path)
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--shapes", default="1024x256x4x4,64x256x7x7,1024x256x7x7")
@@ -26,31 +27,6 @@ parser.add_argument("--module", default="ours", choices=("ours", "torch"))
 parser.add_argument("--steps", type=int, default=20)
 args = parser.parse_args()
 dtype = getattr(torch, args.dtype)
-
-
-def graph_us(fn, calls=50, reps=20):
-    """One step's CUDA-graph replay time in us: `calls` steps captured back to back in one graph, as
-    benchmarks/prototypes/pdl_ab_s21.py's figures are (warm-up on a side stream, as the tests' capture does)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    for _ in range(3):
-        graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / (reps * calls)
 
 
 for text in args.shapes.split(","):
@@ -74,7 +50,7 @@ for text in args.shapes.split(","):
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
             times[event.name].append(event.time_range.elapsed_us())
-    graph = graph_us(step)
+    graph = graph_ms(step, calls=50) * 1000  # us a step, 50 steps a graph as pdl_ab_s21.py's figures
     total = 0.0
     print(f"{args.module} {args.dtype} {text}: graph replay {graph:.2f} us a step")
     for name, ts in sorted(times.items(), key=lambda kv: -sum(kv[1])):
