@@ -24,10 +24,11 @@ flat              H*W up to 144, the backward up   whole consecutive instances p
                                                    warp) reduces each instance; one read: 7x7 at
                                                    1.5x the copy, a warp per instance took 3.7x;
                                                    forward and the backward without an
-                                                   activation on few instances, or
-                                                   ones that fill 3/4 of G * 8 slots: register
-                                                   rows (G lanes an instance, loaded straight
-                                                   from global memory 4 or 2 elements an access
+                                                   activation on few instances, ones that fill
+                                                   3/4 of G * 8 slots, or (G up to 16) any
+                                                   grid where H*W is even: register rows (G
+                                                   lanes an instance, loaded straight from
+                                                   global memory 4 or 2 elements an access
                                                    where H*W is a multiple; the default plan's
                                                    CTAs of 128 threads for G 2 to 16)
 onchip, a warp    H*W up to 1024                   several instances per CTA; warp-shuffle
@@ -212,9 +213,10 @@ constexpr int cl_apply_rows(int element_bytes) { return element_bytes == 2 ? kCl
 inline constexpr bool kDependentLaunch = true;
 inline constexpr int kFlatThreads = 256;         // flat: a CTA's size (but the default rows' of G 2 to 16)
 inline constexpr int kFlatPerThread = 64;        // flat: a reduction thread's values, at most (up to G = 32)
-inline constexpr int kFlatRowValues = 8;         // flat forward, register rows: values a thread holds
-inline constexpr int kFlatRowsLanesPerSm = 512;  // flat forward: register rows while N*C*G <= this * SMs
+inline constexpr int kFlatRowValues = 8;         // flat, register rows: values a thread holds (of x and of dy)
+inline constexpr int kFlatRowsLanesPerSm = 512;  // flat: register rows while N*C*G <= this * SMs
 inline constexpr int kFlatRowsAnyGrid = 4;       // ... or while H*W <= this (one lane's 16 bytes at most)
+inline constexpr int kFlatRowsWideAccessGroup = 16;  // ... or, with accesses of 2 or 4 elements, up to this G
 inline constexpr int kFlatRowsWideLanesPerSm = 1024;  // ... or, with G >= 2, while N*C*G <= this * SMs
 inline constexpr int kFlatRowsFullQuarters = 3;  // ... or, with G >= 2, on any grid while H*W fills this
                                                  // many quarters of the G * kFlatRowValues slots at least
@@ -1837,12 +1839,13 @@ __device__ __forceinline__ P* opaque_pointer(P* ptr) {
 // kRows: the register rows alone (the host launches this instance where FlatShape.rows says), so that the
 // span path keeps its own registers (the two in one kernel took 40-48 against 37-40, one with a 4-byte
 // spill, review of the thirty-second session: 6 -> 5 CTAs an SM past the cut too). kRowsAffine where the
-// forward has a weight or bias, kRowsPlain where it has neither (flat_rows_kernel).
+// forward has a weight or bias, kRowsPlain where it has neither and for the backward, whose Op::known reads
+// them before its rows (flat_rows_kernel).
 inline constexpr int kRowsPlain = 1;
 inline constexpr int kRowsAffine = 2;
 
 // The rows' accesses of kWidth > 1 consecutive elements (4, 8 or 16 bytes; the host takes them where H*W is a
-// multiple of kWidth and both pointers are aligned to it): access j holds elements [j * kWidth, (j + 1) *
+// multiple of kWidth and x, dy and the output are aligned to it): access j holds elements [j * kWidth, (j + 1) *
 // kWidth), in the low words of a uint4 (Elem<T>::get and Elem<T>::pack read and fill those).
 template <typename T, int kWidth>
 __device__ __forceinline__ uint4 load_access(const T* row, int j) {
@@ -1871,6 +1874,47 @@ __device__ __forceinline__ void store_access(T* row, int j, const uint4& u) {
     *reinterpret_cast<uint2*>(at) = make_uint2(u.x, u.y);
   } else {
     *reinterpret_cast<unsigned int*>(at) = u.x;
+  }
+}
+
+// A lane's loads of one row for the register rows (forward and backward): value k is element (local + (k /
+// kWidth) * G) * kWidth + k % kWidth (kWidth 1: element local + k * G), every access's index clamped into the
+// row, so that the loads are unpredicated and issue back to back (the caller masks the values past the row).
+template <typename T, int kWidth, typename acc_t>
+__device__ __forceinline__ void load_row(const T* row, int local, int G, int M, acc_t (&v)[kFlatRowValues]) {
+  if constexpr (kWidth == 1) {
+#pragma unroll
+    for (int k = 0; k < kFlatRowValues; ++k) v[k] = Elem<T>::to_acc(row[min(local + k * G, M - 1)]);
+  } else {
+    const int A = M / kWidth;
+#pragma unroll
+    for (int a = 0; a < kFlatRowValues / kWidth; ++a) {
+      const uint4 u = load_access<T, kWidth>(row, min(local + a * G, A - 1));
+#pragma unroll
+      for (int i = 0; i < kWidth; ++i) v[a * kWidth + i] = Elem<T>::get(u, i);
+    }
+  }
+}
+
+// A lane's stores of one row in load_row's layout: value(k, e) is the output of value k, element e of the row;
+// the accesses past the row are skipped.
+template <typename T, int kWidth, class Value>
+__device__ __forceinline__ void store_row(T* out, int local, int G, int M, const Value& value) {
+  using acc_t = typename Elem<T>::acc;
+  const int A = M / kWidth;
+#pragma unroll
+  for (int a = 0; a < kFlatRowValues / kWidth; ++a) {
+    const int j = local + a * G;
+    if (j < A) {
+      if constexpr (kWidth == 1) {
+        out[j] = Elem<T>::from_acc(value(a, j));
+      } else {
+        acc_t o[Elem<T>::kVec] = {};  // Elem<T>::pack's whole vector; only the first kWidth are stored
+#pragma unroll
+        for (int i = 0; i < kWidth; ++i) o[i] = value(a * kWidth + i, j * kWidth + i);
+        store_access<T, kWidth>(out, j, Elem<T>::pack(o));
+      }
+    }
   }
 }
 
@@ -1904,8 +1948,8 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
   const bool active = q < count;
   const int64_t instance = first + (active ? q : 0);
 
-  // Register rows (kRows: the forward with instance statistics, launched where the host's FlatShape.rows
-  // says: G * kFlatRowValues >= M, with the rows' default G where its rule takes them, or a plan's G): thread
+  // Register rows (kRows: the forward with instance statistics, and the backward's below, launched where
+  // the host's FlatShape.rows says: G * kFlatRowValues >= M, with the rows' default G where its rule takes them, or a plan's G): thread
   // `local` of instance q holds values local + k * G (kWidth 1; wider accesses below) in registers, loaded
   // straight from global memory (no span, no barrier: each lane waits only for its own loads, as quack's
   // LayerNorm at such rows). The sums go round the G lanes by butterfly (every lane ends with the same bits: each
@@ -1915,29 +1959,17 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
   // thirty-third).
   if constexpr (kRows && Op::kInputs == 2) {
     // The backward's register rows (thirty-seventh session; without an activation only, see run): the
-    // forward rows' layout for x and dy (thread `local` holds values local + (k / kWidth) * G, kWidth
-    // elements an access), the instance's two sums (g, g * (x - mean)) by butterfly, every lane the coefficients from them, lane 0 publishing them
-    // for the affine gradients, each lane storing its own dx. No shared memory, no barrier.
+    // forward rows' layout for x and dy (value k of a lane is element (local + (k / kWidth) * G) * kWidth +
+    // k % kWidth), the instance's two sums (g, g * (x - mean)) by butterfly, every lane the coefficients from
+    // them, lane 0 publishing them for the affine gradients, each lane storing its own dx. No shared memory,
+    // no barrier.
     const typename Op::Known known = Op::known(p, instance);
     const int64_t at = begin + int64_t(active ? q : 0) * M;
     constexpr int kAccesses = kFlatRowValues / kWidth;
     const int A = M / kWidth;
     acc_t v[2][kFlatRowValues];
 #pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      const T* row = opaque_pointer(Op::input(p, t) + at);
-      if constexpr (kWidth == 1) {
-#pragma unroll
-        for (int k = 0; k < kFlatRowValues; ++k) v[t][k] = Elem<T>::to_acc(row[min(local + k * G, M - 1)]);
-      } else {
-#pragma unroll
-        for (int a = 0; a < kAccesses; ++a) {
-          const uint4 u = load_access<T, kWidth>(row, min(local + a * G, A - 1));
-#pragma unroll
-          for (int i = 0; i < kWidth; ++i) v[t][a * kWidth + i] = Elem<T>::get(u, i);
-        }
-      }
-    }
+    for (int t = 0; t < 2; ++t) load_row<T, kWidth>(opaque_pointer(Op::input(p, t) + at), local, G, M, v[t]);
     // A lane's accesses in the row are a prefix of its kAccesses (local + a * G < A).
     const int mine = active && local < A ? min(kAccesses, (A - local + G - 1) >> (31 - __clz(G))) : 0;
     Partial s{};
@@ -1950,24 +1982,10 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     if (local == 0) Op::publish(p, instance, s, known);
     T* out = opaque_pointer(p.out + at);
     with_op_activation<Op>(p, [&](auto tag) {
-      constexpr Family F = decltype(tag)::kFamily;
-#pragma unroll
-      for (int a = 0; a < kAccesses; ++a) {
-        const int j = local + a * G;
-        if (j < A) {
-          acc_t o[Elem<T>::kVec] = {};
-#pragma unroll
-          for (int i = 0; i < kWidth; ++i) {
-            const acc_t x[2] = {v[0][a * kWidth + i], v[1][a * kWidth + i]};
-            o[i] = Op::template apply<F>(c, x, p.act);
-          }
-          if constexpr (kWidth == 1) {
-            out[j] = Elem<T>::from_acc(o[0]);
-          } else {
-            store_access<T, kWidth>(out, j, Elem<T>::pack(o));
-          }
-        }
-      }
+      store_row<T, kWidth>(out, local, G, M, [&](int k, int) {
+        const acc_t x[2] = {v[0][k], v[1][k]};
+        return Op::template apply<decltype(tag)::kFamily>(c, x, p.act);
+      });
     });
   } else if constexpr (kRows) {
     // Lean on instructions: at these sizes a warp's one dependent chain (load, butterflies,
@@ -1995,22 +2013,10 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     }
     const int64_t at = begin + int64_t(active ? q : 0) * M;
     const T* row = opaque_pointer(Op::input(p, 0) + at);
-    // Value k of a lane is element (local + (k / kWidth) * G) * kWidth + k % kWidth: kWidth elements an
-    // access (kWidth 1: element local + k * G), A accesses a row.
-    constexpr int kAccesses = kFlatRowValues / kWidth;
+    // load_row's layout: value k is in access local + (k / kWidth) * G of the row's A.
     const int A = M / kWidth;
     acc_t v[kFlatRowValues];
-    if constexpr (kWidth == 1) {
-#pragma unroll
-      for (int k = 0; k < kFlatRowValues; ++k) v[k] = Elem<T>::to_acc(row[min(local + k * G, M - 1)]);
-    } else {
-#pragma unroll
-      for (int a = 0; a < kAccesses; ++a) {
-        const uint4 u = load_access<T, kWidth>(row, min(local + a * G, A - 1));
-#pragma unroll
-        for (int i = 0; i < kWidth; ++i) v[a * kWidth + i] = Elem<T>::get(u, i);
-      }
-    }
+    load_row<T, kWidth>(row, local, G, M, v);
     acc_t sum = 0;
 #pragma unroll
     for (int k = 0; k < kFlatRowValues; ++k) {
@@ -2049,34 +2055,12 @@ __global__ void __launch_bounds__(kFlatThreads) flat_kernel(Params<typename Op::
     const T* residual = residual_at<Op>(p, at);
     T* out = opaque_pointer(p.out + at);
     with_op_activation<Op>(p, [&](auto tag) {
-      constexpr Family F = decltype(tag)::kFamily;
-      if constexpr (kWidth == 1) {
-#pragma unroll
-        for (int k = 0; k < kFlatRowValues; ++k) {
-          const int j = local + k * G;
-          if (j < M) {
-            const acc_t x[1] = {v[k]};
-            acc_t o = Op::template apply<F>(c, x, p.act);
-            if (residual != nullptr) o += scalar_at(residual, j);
-            out[j] = Elem<T>::from_acc(o);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int a = 0; a < kAccesses; ++a) {
-          const int j = local + a * G;
-          if (j < A) {
-            acc_t o[Elem<T>::kVec] = {};  // Elem<T>::pack's whole vector; only the first kWidth are stored
-#pragma unroll
-            for (int i = 0; i < kWidth; ++i) {
-              const acc_t x[1] = {v[a * kWidth + i]};
-              o[i] = Op::template apply<F>(c, x, p.act);
-              if (residual != nullptr) o[i] += scalar_at(residual, j * kWidth + i);
-            }
-            store_access<T, kWidth>(out, j, Elem<T>::pack(o));
-          }
-        }
-      }
+      store_row<T, kWidth>(out, local, G, M, [&](int k, int e) {
+        const acc_t x[1] = {v[k]};
+        acc_t o = Op::template apply<decltype(tag)::kFamily>(c, x, p.act);
+        if (residual != nullptr) o += scalar_at(residual, e);
+        return o;
+      });
     });
   } else {  // the span path
     // 1. The span into shared memory: whole vectors by cp.async, the elements of the (at most two)
@@ -4082,8 +4066,8 @@ int64_t flat_most_instances(DType dtype, int64_t instance_size, int group) {
 // G 2 to 16 then run in CTAs of kFlatRowsBlock threads with at most kFlatRowsBlock / G instances
 // (`block`), so where that cap binds the grid has more than kFlatCtasPerSm CTAs an SM.
 // `instances_total` 0 asks for the largest span (the refusal's bound, with `rows` false: the smaller G).
-// `rows`: the forward with instance statistics (flat_kernel's register rows); running statistics keep the
-// other rule's G (they reduce nothing, and a smaller G holds more instances a CTA). The kernel takes the
+// `rows`: the forward with instance statistics, or the backward with them and no activation (flat_kernel's
+// register rows; run); running statistics keep the other rule's G (they reduce nothing, and a smaller G holds more instances a CTA). The kernel takes the
 // rows where `s.rows` says: the rows' default G below, or a plan's G (tune.py times both paths that way).
 FlatShape flat_shape(DType dtype, bool rows, int64_t instance_size, int64_t instances_total, int sms,
                      const Plan& plan) {
@@ -4092,29 +4076,34 @@ FlatShape flat_shape(DType dtype, bool rows, int64_t instance_size, int64_t inst
   FlatShape s{};
   s.group = 1;
   while (s.group < kWarpSize && int64_t(s.group) * kFlatPerThread < M) s.group *= 2;
-  // The forward's default: the register rows' G (flat_kernel), where a warp's G lanes can hold the
-  // instance and a CTA still takes the instances a plan names.
+  // The rows' default (forward, and the backward without an activation): the register rows' G (flat_kernel),
+  // where a warp's G lanes can hold the instance and a CTA still takes the instances a plan names.
   // Where the rows beat the span path (H200, forward, graph replay; the lean rows of the thirty-third
   // session, whose warps run a third fewer instructions than the thirty-second's):
   // - N*C*G up to kFlatRowsLanesPerSm lanes an SM, any G (the thirty-second session's cut; the lean rows
   //   took 0.77-0.88x the time of the rows before them there);
   // - up to kFlatRowsAnyGrid elements on any grid (a lane's row is at most 16 bytes; (1024, 256, 2, 2)
-  //   0.68x / 0.75x in float32 / bfloat16), but not G = 1 past the cut otherwise: at 6 and 7 elements a
-  //   lane reads a 24-28 byte row of its own, uncoalesced ((512, 256, 1, 7) 1.32x / 1.09x);
+  //   0.68x / 0.75x in float32 / bfloat16), but not G = 1 past the cut otherwise at odd sizes: at 5 and 7
+  //   elements a lane reads its row one element an access, uncoalesced ((512, 256, 1, 7) 1.32x / 1.09x; at
+  //   6 and 8 the wide accesses below take it);
   // - with G >= 2, up to kFlatRowsWideLanesPerSm lanes an SM ((64, 256, 7, 7) 0.72x / 0.76x, (16, 256,
   //   12, 12) 0.69x / 0.70x), and on any grid where M fills at least kFlatRowsFullQuarters quarters of the
   //   G * 8 slots ((128, 512, 8, 8) 0.78x / 0.90x); at 144 of 256 slots past that the idle lanes cost
-  //   more ((64, 256, 12, 12) 1.03x / 1.18x).
+  //   more ((64, 256, 12, 12) 1.03x / 1.18x);
+  // - on any grid up to G = kFlatRowsWideAccessGroup where the rows' accesses are 2 or 4 elements wide
+  //   (rows_width; thirty-seventh session, s41/call3, graph replay against the rule before: (512, 256, 2, 3)
+  //   0.67x / 0.63x in float32 / bfloat16, (512, 256, 3, 6) 0.76x / 0.93x, (256, 256, 6, 6) 0.85x / 0.94x,
+  //   training steps 0.83-0.95x); G = 32 lost there (s40/call6: bf16 (64, 256, 12, 12) 1.06x).
+  // The backward without an activation takes the same rule (run): the training steps above, and the backward
+  // op alone at 0.53-0.97x of the span path's time in graph replay on s41/call1's flat shapes (plain and affine).
   bool rows_group = false;
   if (rows && plan.threads == 0 && M <= int64_t(kWarpSize) * kFlatRowValues) {
     int g = 1;
     while (int64_t(g) * kFlatRowValues < M) g *= 2;
     const int64_t lanes = instances_total * g;
     const bool full = 4 * M >= int64_t(kFlatRowsFullQuarters) * g * kFlatRowValues;
-    // Rows of 2- and 4-element accesses (rows_width) on any grid up to G = 16: prepared in the thirty-sixth
-    // session from s40/call6 (any grid at any G lost bf16 (64,256,12,12), G = 32, 1.06x graph), to time.
     const bool few = M <= kFlatRowsAnyGrid || lanes <= int64_t(kFlatRowsLanesPerSm) * sms ||
-                     (rows_width(dtype, M) >= 2 && g <= 16) ||
+                     (rows_width(dtype, M) >= 2 && g <= kFlatRowsWideAccessGroup) ||
                      (g >= 2 && (full || lanes <= int64_t(kFlatRowsWideLanesPerSm) * sms));
     if (few && plan.vectors <= kFlatThreads / g) {
       s.group = g;
@@ -4791,6 +4780,8 @@ void run(const Plan& plan, const Problem& problem) {
   } else if (plan.regime == Regime::kFlat) {
     // Rows: the forward with instance statistics, and the backward with them and no activation (with gelu
     // the rows' backward lost 3-8 % at bf16 (2048,256,3,4) and (1024,256,7,7), thirty-seventh session).
+    // flat_rows_kernel's condition is the same one on the kernel's side: where they differed, the launch
+    // would fail with cudaErrorInvalidValue (a Python error, never a wrong kernel).
     const bool rows = problem.source == Source::kInstance &&
                       (problem.direction == Direction::kForward || problem.act == Activation::kIdentity);
     launch.flat = flat_shape(problem.dtype, rows,

@@ -307,17 +307,20 @@ def test_flat_alternating_exact(inorm, ops, rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
-def test_flat_rows_cut(ops, rng, dtype):
+def test_flat_rows_cut(inorm, ops, rng, dtype):
     """The flat forward's path (instance statistics) changes with the grid (kFlatRowsLanesPerSm, and
     kFlatRowsWideLanesPerSm for G >= 2): register rows of G * 8 >= H*W values for few instances, the
     reduction's smaller G (the same G = 1 up to 8 elements) for many, and rows on any grid up to 4
-    elements (kFlatRowsAnyGrid) or where H*W fills 3/4 of the G * 8 slots with G >= 2. The default plan
+    elements (kFlatRowsAnyGrid), where H*W fills 3/4 of the G * 8 slots with G >= 2, or where the rows'
+    accesses are 2 or 4 elements wide up to G = 16 (kFlatRowsWideAccessGroup: 18 at G = 4, 72 at G = 16;
+    the backward, which takes the same rule without an activation, on the default flat plan at the cuts
+    of H*W 11, 12, 18, 23, 25, 49 and 72). The default plan
     (the flat plan named past the default's 144 elements) on both sides of both cuts and of the
     instance-count cut measured against them, every rows G, full and not (G = 2 and 4 on both sides of
     the 3/4 threshold: 11 | 12 and 23 | 25 elements; the rows of G 2 to 16 in CTAs of 128 threads,
     kFlatRowsBlock), against float64, outputs poisoned."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for hw in (3, 4, 6, 11, 12, 23, 25, 36, 49, 100, 144, 200):
+    for hw in (3, 4, 6, 11, 12, 18, 23, 25, 36, 49, 72, 100, 144, 200):
         g = 1
         while g * 8 < hw:
             g *= 2
@@ -328,6 +331,9 @@ def test_flat_rows_cut(ops, rng, dtype):
             v = make_input(shape + split_hw(hw, rng), dtype, rng)
             weight, bias = random_affine(instances if shape[1] > 1 else 1, dtype, rng)
             check_plan(ops, v, weight, bias, 1e-5, plan, f"{dtype} shape={tuple(v.shape)}")
+            if hw in (11, 12, 18, 23, 25, 49, 72):
+                what = f"{dtype} shape={tuple(v.shape)} backward"
+                check_backward_plan(inorm, ops, v, weight, bias, inorm.Plan.flat(), what)
 
 
 @pytest.mark.parametrize("dtype", LOW_AND_SINGLE, ids=str)
@@ -363,15 +369,20 @@ def test_flat_rows_widths(inorm, ops, rng, dtype):
     """The rows' accesses of 4, 2 and 1 elements (rows_width: the widest of 4 and 2 dividing H*W): H*W a
     multiple of 4, of 2 only, and odd, at every rows G (1 to 32), with and without weight and bias, on a
     partial last CTA, a channel each, against float64, outputs poisoned; the backward's rows on the default
-    flat plan (dx, dweight, dbias against multi_cta's)."""
-    for hw in (2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 30, 36, 64, 100, 144, 5, 7, 9, 49):
+    flat plan (dx, dweight, dbias against multi_cta's), without weight and bias too, and gelu's backward on
+    the same plan (the span path: run gives an activation's backward no rows)."""
+    for hw in (2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 24, 30, 34, 36, 64, 66, 100, 130, 144, 5, 7, 9, 17, 49, 65, 129):
         instances = rng.randint(100, 600)
         v = make_input((1, instances) + split_hw(hw, rng), dtype, rng)
         weight = torch.randn(instances, device="cuda").to(dtype)
         bias = torch.randn(instances, device="cuda").to(dtype)
         for w, b in ((weight, bias), (None, None)):
             check_plan(ops, v, w, b, 1e-5, None, f"{dtype} shape={tuple(v.shape)} affine={w is not None}")
-        check_backward_plan(inorm, ops, v, weight, bias, inorm.Plan.flat(), f"{dtype} shape={tuple(v.shape)} backward")
+        what = f"{dtype} shape={tuple(v.shape)} backward"
+        check_backward_plan(inorm, ops, v, weight, bias, inorm.Plan.flat(), what)
+        check_backward_plan(inorm, ops, v, None, None, inorm.Plan.flat(), what + " plain", plain=True)
+        gelu = inorm.ACTIVATIONS.index("gelu")
+        check_backward_plan(inorm, ops, v, weight, bias, inorm.Plan.flat(), what + " gelu", act=gelu)
 
 
 def check_flat(inorm, ops, rng, dtype, plan, hw):
@@ -386,20 +397,24 @@ def check_flat(inorm, ops, rng, dtype, plan, hw):
     check_backward_plan(inorm, ops, v, weight, bias, plan, what)
 
 
-def check_backward_plan(inorm, ops, v, weight, bias, plan, what):
-    """A backward plan's dx, dweight and dbias against the multi_cta plan's (poisoned outputs)."""
+def check_backward_plan(inorm, ops, v, weight, bias, plan, what, plain=False, act=0):
+    """A backward plan's dx, dweight and dbias against the multi_cta plan's (poisoned outputs); without
+    weight and bias where `plain` (else random ones stand in for None), with activation code `act`."""
     dtype, c = v.dtype, v.shape[1]
-    if weight is None:
+    if weight is None and not plain:
         weight, bias = torch.randn(c, device="cuda", dtype=dtype), torch.randn(c, device="cuda", dtype=dtype)
     _, stats = ops.forward(v, weight, bias, 1e-5)
     dy = torch.randn_like(v)
     poison_allocator(v.numel() * v.element_size())
-    got = inorm.backward_with_plan(dy, v, weight, bias, stats, plan)
-    ref = inorm.backward_with_plan(dy, v, weight, bias, stats, inorm.Plan.multi_cta())
+    got = inorm.backward_with_plan(dy, v, weight, bias, stats, plan, act=act)
+    ref = inorm.backward_with_plan(dy, v, weight, bias, stats, inorm.Plan.multi_cta(), act=act)
     # dx is measured against the size of its terms where they cancel (H*W = 2: a (3, 230, 1, 2) float32
     # case failed relative to dx itself), as check_grads does.
     natural = natural_dx(v, weight, dy.double())
     for name, g, r in zip(("dx", "dweight", "dbias"), got, ref):
+        if name != "dx" and (g is None or r is None or r.numel() == 0):  # no weight or bias: none of theirs
+            assert (g is None or g.numel() == 0) and (r is None or r.numel() == 0), f"{what}: {name} without a weight"
+            continue
         assert torch.isfinite(g).all(), f"{what}: non-finite {name}"
         r = r.double()
         err = (g.double() - r).norm().item() / max(r.norm().item(), natural) if name == "dx" else rel_err(g, r)
