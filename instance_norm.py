@@ -19,7 +19,7 @@ host accepts for a shape:
 regime            serves                           why
 ================  ===============================  ============================================
 flat              H*W up to 144, the backward up   whole consecutive instances per CTA copied to
-                  to 64, any dtype (forced: 4096)  shared memory as one span of 16-byte vectors
+                  to 128, any dtype (forced: 4096) shared memory as one span of 16-byte vectors
                                                    wherever instances start; a thread (up to a
                                                    warp) reduces each instance; one read: 7x7 at
                                                    1.5x the copy, a warp per instance took 3.7x;
@@ -3901,12 +3901,12 @@ constexpr int kWarpPlanSlots = kWarpSize * 8;
 // and 6.0 / 8.4; thirteenth session). 14x14 is mixed (do_bench 11.5 against 10.3 us, graph replay 6.6
 // against 7.5); a warp per instance won at 16x16 against the first flat kernel.
 constexpr int64_t kFlatHeuristicSize = 144;
-// The backward keeps the flat plan up to 64 elements: at 12x12 a warp per instance was faster in
-// float32 ((64,128,12,12): onchip(K=2,G=32) 13.5 against flat 13.8 us in do_bench, 7.6 against 8.0 us
-// in graph replay; tune.py, H200, thirteenth session). In bfloat16 flat was as fast or faster there
-// (12.3-12.4 against 12.4 us; in graph replay onchip was not among the three best), float16 was not
-// timed: a cut per dtype is open (benchmarks/NOTES.md).
-constexpr int64_t kFlatBackwardSize = 64;
+// The backward keeps the flat plan up to 128 elements. With the backward's register rows (flat_rows_kernel)
+// the flat plan beat a warp per instance from 8x10 to 11x11 (graph replay, H200, s42/call1: bwd 0.41-0.85x,
+// bwdaff 0.45-0.84x, train 0.68-0.94x, with gelu (no rows) 0.61-0.91x), but not at 12x12 in float32
+// ((64,128,12,12) bwd 1.21x, (32,256,12,12) 1.18x; bfloat16 0.92-1.02x); 122 to 143 elements were not
+// timed (the thirteenth session's cut of 64 was against the span path).
+constexpr int64_t kFlatBackwardSize = 128;
 // A flat launch without a named instance count sizes its grid to about this many CTAs per SM: 4
 // (512 CTAs at (64,256,7,7)) against 8 before took CUDA-graph replay of fp32 7x7 from 6.2 to 5.6 us,
 // bf16 from 6.3 to 5.4 us, the fp32 backward from 8.4 to 7.2 us, within noise of do_bench's

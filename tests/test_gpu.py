@@ -314,13 +314,13 @@ def test_flat_rows_cut(inorm, ops, rng, dtype):
     elements (kFlatRowsAnyGrid), where H*W fills 3/4 of the G * 8 slots with G >= 2, or where the rows'
     accesses are 2 or 4 elements wide up to G = 16 (kFlatRowsWideAccessGroup: 18 at G = 4, 72 at G = 16;
     the backward, which takes the same rule without an activation, on the default flat plan at the cuts
-    of H*W 11, 12, 18, 23, 25, 49 and 72). The default plan
+    of H*W 11, 12, 18, 23, 25, 49, 72, 100 and 128: the backward's default flat cut). The default plan
     (the flat plan named past the default's 144 elements) on both sides of both cuts and of the
     instance-count cut measured against them, every rows G, full and not (G = 2 and 4 on both sides of
     the 3/4 threshold: 11 | 12 and 23 | 25 elements; the rows of G 2 to 16 in CTAs of 128 threads,
     kFlatRowsBlock), against float64, outputs poisoned."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for hw in (3, 4, 6, 11, 12, 18, 23, 25, 36, 49, 72, 100, 144, 200):
+    for hw in (3, 4, 6, 11, 12, 18, 23, 25, 36, 49, 72, 100, 128, 144, 200):
         g = 1
         while g * 8 < hw:
             g *= 2
@@ -331,7 +331,7 @@ def test_flat_rows_cut(inorm, ops, rng, dtype):
             v = make_input(shape + split_hw(hw, rng), dtype, rng)
             weight, bias = random_affine(instances if shape[1] > 1 else 1, dtype, rng)
             check_plan(ops, v, weight, bias, 1e-5, plan, f"{dtype} shape={tuple(v.shape)}")
-            if hw in (11, 12, 18, 23, 25, 49, 72):
+            if hw in (11, 12, 18, 23, 25, 49, 72, 100, 128):
                 what = f"{dtype} shape={tuple(v.shape)} backward"
                 check_backward_plan(inorm, ops, v, weight, bias, inorm.Plan.flat(), what)
 
@@ -719,9 +719,10 @@ def test_chosen_plans(inorm):
             plan = inorm.chosen_plan(x, backward)
             assert inorm.plan_refusal(x, plan, backward) == "", f"{shape} {dtype}: {plan}"
             assert str(plan).strip(), f"{shape} {dtype}: {plan!r}"
-    # The flat cut: the forward takes the flat plan up to 144 elements (12x12), the backward up to 64.
+    # The flat cut: the forward takes the flat plan up to 144 elements (12x12), the backward up to 128.
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        for hw, forward, backward in [((7, 7), "flat", "flat"), ((8, 8), "flat", "flat"), ((12, 12), "flat", "onchip"),
+        for hw, forward, backward in [((7, 7), "flat", "flat"), ((8, 8), "flat", "flat"), ((11, 11), "flat", "flat"),
+                                      ((8, 16), "flat", "flat"), ((3, 43), "flat", "onchip"), ((12, 12), "flat", "onchip"),
                                       ((13, 13), "onchip", "onchip")]:
             x = torch.empty((64, 128) + hw, dtype=dtype, device="cuda")
             got = (inorm.chosen_plan(x).regime, inorm.chosen_plan(x, True).regime)
