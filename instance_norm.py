@@ -190,6 +190,9 @@ inline constexpr int kMergeThreads = 256;        // the merge (a warp per instan
 inline constexpr int kBatchSumChannels = 8;      // per-channel sums over the batch: a CTA's channels (a sector)
 inline constexpr int kBatchSumSlices = 128;      // ... and at most this many strided slices of the batch
 inline constexpr int kBatchSumMinBatch = 96;     // ... from this batch on (below: a warp per channel)
+inline constexpr int kBatchSumNarrowChannels = 2;  // ... a CTA's channels where tiles of 8 would fill under half the SMs
+inline constexpr int kBatchSumNarrowMinBatch = 4096;  // ... and the batch has at least this many rows
+inline constexpr int kBatchSumThreads = kBatchSumChannels * kBatchSumSlices;  // ... a CTA's most threads
 inline constexpr int64_t kMaxGrid = int64_t(1) << 22;  // grid-stride loops beyond this many CTAs
 inline constexpr int64_t kMaxGridY = 65535;      // the CUDA limit of gridDim.y
 inline constexpr int kStaticSmemReserve = 4096;  // a kernel's static shared memory, kept out of the
@@ -400,12 +403,12 @@ inline ClWorkspace cl_split_workspace(const Problem& pr, const ClShape& s) {
 // Per-channel sums over the batch of the backward's per-instance sums: dweight, dbias (each may
 // be absent); count 0 instance elements makes them zero. `dependent`: launched dependent on the
 // kernel before it (the host passes dependent_launch(), as for Launch::dependent).
-cudaError_t launch_channel_sums(const Problem& problem, ChannelVector dweight, ChannelVector dbias, bool dependent,
-                                cudaStream_t stream);
+cudaError_t launch_channel_sums(const Problem& problem, ChannelVector dweight, ChannelVector dbias, int sms,
+                                bool dependent, cudaStream_t stream);
 // running = (1 - momentum) * running + momentum * (batch mean of the instances' mean / unbiased var).
 cudaError_t launch_running_stats(DType acc, const void* stats, int64_t batch, int64_t channels, int64_t count,
                                  double momentum, double eps, ChannelVector running_mean,
-                                 ChannelVector running_var, bool dependent, cudaStream_t stream);
+                                 ChannelVector running_var, int sms, bool dependent, cudaStream_t stream);
 cudaError_t launch_fill(ChannelVector target, int64_t count, double value, cudaStream_t stream);
 
 }  // namespace INSTANCE_NORM_NS
@@ -3247,14 +3250,13 @@ cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span, const typenam
 // value from a sector of its own, 32 CTAs for 256 channels (torch.profiler, s38/call6: 14.33 us of
 // channel sums in the fp32 training step at (1024, 256, 4, 4), whose backward's sums are 2 MB).
 // `load(i)` gives the two values at i; `finish(c, a, b)` writes channel c's results from the two sums.
-template <typename sum_t, class Load, class Finish>
+template <int kChannels, typename sum_t, class Load, class Finish>
 __device__ __forceinline__ void batch_sums(int64_t batch, int64_t channels, Load load, Finish finish) {
-  __shared__ sum_t held[2][kBatchSumChannels * kBatchSumSlices];
-  const int slices = blockDim.x / kBatchSumChannels;
-  const int slice = threadIdx.x / kBatchSumChannels;
-  for (int64_t c0 = int64_t(blockIdx.x) * kBatchSumChannels; c0 < channels;
-       c0 += int64_t(gridDim.x) * kBatchSumChannels) {
-    const int64_t c = c0 + threadIdx.x % kBatchSumChannels;
+  __shared__ sum_t held[2][kBatchSumThreads];
+  const int slices = blockDim.x / kChannels;
+  const int slice = threadIdx.x / kChannels;
+  for (int64_t c0 = int64_t(blockIdx.x) * kChannels; c0 < channels; c0 += int64_t(gridDim.x) * kChannels) {
+    const int64_t c = c0 + threadIdx.x % kChannels;
     sum_t a = 0, b = 0;
     if (c < channels) {
 #pragma unroll 4
@@ -3269,8 +3271,8 @@ __device__ __forceinline__ void batch_sums(int64_t batch, int64_t channels, Load
     __syncthreads();
     for (int h = slices >> 1; h > 0; h >>= 1) {
       if (slice < h) {
-        held[0][threadIdx.x] += held[0][threadIdx.x + h * kBatchSumChannels];
-        held[1][threadIdx.x] += held[1][threadIdx.x + h * kBatchSumChannels];
+        held[0][threadIdx.x] += held[0][threadIdx.x + h * kChannels];
+        held[1][threadIdx.x] += held[1][threadIdx.x + h * kChannels];
       }
       __syncthreads();
     }
@@ -3306,11 +3308,12 @@ __device__ __forceinline__ void warp_sums(int64_t batch, int64_t channels, Load 
   }
 }
 
-// The per-channel kernels' two sums: batch_sums in the kTiles instance, warp_sums in the other.
-template <bool kTiles, typename sum_t, class Load, class Finish>
+// The per-channel kernels' two sums: batch_sums in the kTiles instances (kTiles channels a CTA), warp_sums
+// in the other (kTiles 0).
+template <int kTiles, typename sum_t, class Load, class Finish>
 __device__ __forceinline__ void sums_over_batch(int64_t batch, int64_t channels, Load load, Finish finish) {
-  if constexpr (kTiles) {
-    batch_sums<sum_t>(batch, channels, load, finish);
+  if constexpr (kTiles > 0) {
+    batch_sums<kTiles, sum_t>(batch, channels, load, finish);
   } else {
     warp_sums<sum_t>(batch, channels, load, finish);
   }
@@ -3319,8 +3322,8 @@ __device__ __forceinline__ void sums_over_batch(int64_t batch, int64_t channels,
 // dweight[c] = sum over n of sums[1][n * C + c], dbias[c] of sums[0][...] (batch_sums' or warp_sums' fixed order).
 // kTiles: batch_sums (from kBatchSumMinBatch on), or warp_sums in its own instance: no static shared
 // memory and kMergeThreads' bounds below it.
-template <typename acc_t, bool kTiles>
-__global__ void __launch_bounds__(kTiles ? kBatchSumChannels * kBatchSumSlices : kMergeThreads)
+template <typename acc_t, int kTiles>
+__global__ void __launch_bounds__(kTiles ? kBatchSumThreads : kMergeThreads)
 channel_sums_kernel(const acc_t* sums, int64_t batch, int64_t channels, ChannelVector dweight, ChannelVector dbias) {
   wait_for_prior_grid();  // the backward's sums
   const int64_t P = batch * channels;
@@ -3335,8 +3338,8 @@ channel_sums_kernel(const acc_t* sums, int64_t batch, int64_t channels, ChannelV
 // What F.instance_norm does with running statistics: each instance updates its channel's copy with
 // its own mean and unbiased variance, and the copies are averaged over the batch (in float64; the
 // variance comes back from rstd). An empty batch averages nothing: NaN, as in PyTorch.
-template <typename acc_t, bool kTiles>
-__global__ void __launch_bounds__(kTiles ? kBatchSumChannels * kBatchSumSlices : kMergeThreads)
+template <typename acc_t, int kTiles>
+__global__ void __launch_bounds__(kTiles ? kBatchSumThreads : kMergeThreads)
 running_stats_kernel(const acc_t* stats, int64_t batch, int64_t channels, int64_t count, double momentum, double eps,
                      ChannelVector running_mean, ChannelVector running_var) {
   wait_for_prior_grid();  // the forward's statistics
@@ -3640,21 +3643,34 @@ auto with_acc(DType dtype, F&& f) {
 // The per-channel kernels' launch: from kBatchSumMinBatch on, batch_sums' instance, a CTA per
 // kBatchSumChannels channels of kBatchSumSlices slices of the batch (kBatchSumChannels threads each); below it,
 // warp_sums' own instance (no shared memory, kMergeThreads' bounds), a warp per channel in CTAs of kMergeThreads.
+// Where tiles of kBatchSumChannels would occupy under half the SMs (256 channels: 32 CTAs) and the batch has
+// kBatchSumNarrowMinBatch rows or more, a CTA takes kBatchSumNarrowChannels channels (4x the CTAs; a warp's
+// loads are then 8 bytes of each of 16 batch rows, from the L2 where the kernel before just wrote them) and up
+// to kBatchSumThreads / kBatchSumNarrowChannels slices, about 4 batch rows a thread at least. Graph replay,
+// H200, s43/call1 (without the batch bound): (4096,256,2,2) fp32 training step 0.93x, affine backward 0.91x,
+// running statistics 0.83x; but N 512-1024 at 4x4 and 8x8 lost up to 1.50x (bf16 (512,64,8,8) affine backward).
 struct BatchSumLaunch {
-  bool tiles;  // batch_sums' instance (kTiles), or warp_sums'
+  int tiles;  // batch_sums' instance (its channels a CTA), or 0: warp_sums'
   unsigned grid;
   int block;
 };
-BatchSumLaunch batch_sum_launch(int64_t batch, int64_t channels) {
+BatchSumLaunch batch_sum_launch(int64_t batch, int64_t channels, int sms) {
   if (batch < kBatchSumMinBatch) {
     constexpr int64_t kWarps = kMergeThreads / kWarpSize;
-    return {false, static_cast<unsigned>(grid_limit((channels + kWarps - 1) / kWarps)), kMergeThreads};
+    return {0, static_cast<unsigned>(grid_limit((channels + kWarps - 1) / kWarps)), kMergeThreads};
   }
   // From kBatchSumMinBatch on the batch fills kBatchSumSlices slices (at least about half of them).
   static_assert(kBatchSumMinBatch > kBatchSumSlices / 2, "batch_sums' block: the batch fills more than half of kBatchSumSlices");
-  return {true, static_cast<unsigned>(grid_limit((channels + kBatchSumChannels - 1) / kBatchSumChannels)),
-          kBatchSumChannels * kBatchSumSlices};
+  const int64_t tiles = (channels + kBatchSumChannels - 1) / kBatchSumChannels;
+  if (tiles * 2 > sms || batch < kBatchSumNarrowMinBatch) {
+    return {kBatchSumChannels, static_cast<unsigned>(grid_limit(tiles)), kBatchSumThreads};
+  }
+  constexpr int kNarrow = kBatchSumNarrowChannels;
+  int slices = kBatchSumSlices;
+  while (slices * 2 <= kBatchSumThreads / kNarrow && int64_t(slices) * 2 * 4 <= batch) slices *= 2;
+  return {kNarrow, static_cast<unsigned>(grid_limit((channels + kNarrow - 1) / kNarrow)), kNarrow * slices};
 }
+
 
 }  // namespace
 
@@ -3706,14 +3722,16 @@ cudaError_t launch_plan(const Plan& plan, const Problem& problem, const Launch& 
                  [&](auto op) { return launch_typed<decltype(op)>(plan, problem, launch, workspace, stream); });
 }
 
-cudaError_t launch_channel_sums(const Problem& pr, ChannelVector dweight, ChannelVector dbias, bool dependent,
-                                cudaStream_t stream) {
+cudaError_t launch_channel_sums(const Problem& pr, ChannelVector dweight, ChannelVector dbias, int sms,
+                                bool dependent, cudaStream_t stream) {
   const int64_t batch = pr.channels > 0 ? pr.num_instances / pr.channels : 0;
   if (pr.channels == 0) return cudaSuccess;
   return with_acc(pr.dtype, [&](auto tag) {
     using acc_t = decltype(tag);
-    const BatchSumLaunch l = batch_sum_launch(batch, pr.channels);
-    auto kernel = l.tiles ? channel_sums_kernel<acc_t, true> : channel_sums_kernel<acc_t, false>;
+    const BatchSumLaunch l = batch_sum_launch(batch, pr.channels, sms);
+    auto kernel = l.tiles == kBatchSumChannels ? channel_sums_kernel<acc_t, kBatchSumChannels>
+                  : l.tiles > 0                ? channel_sums_kernel<acc_t, kBatchSumNarrowChannels>
+                                               : channel_sums_kernel<acc_t, 0>;
     return launch_after(dependent, kernel, dim3(l.grid), l.block, 0, stream,
                         static_cast<const acc_t*>(pr.sums), batch, pr.channels, dweight, dbias);
   });
@@ -3721,12 +3739,14 @@ cudaError_t launch_channel_sums(const Problem& pr, ChannelVector dweight, Channe
 
 cudaError_t launch_running_stats(DType acc, const void* stats, int64_t batch, int64_t channels, int64_t count,
                                  double momentum, double eps, ChannelVector running_mean, ChannelVector running_var,
-                                 bool dependent, cudaStream_t stream) {
+                                 int sms, bool dependent, cudaStream_t stream) {
   if (channels == 0) return cudaSuccess;
   return with_acc(acc, [&](auto tag) {
     using acc_t = decltype(tag);
-    const BatchSumLaunch l = batch_sum_launch(batch, channels);
-    auto kernel = l.tiles ? running_stats_kernel<acc_t, true> : running_stats_kernel<acc_t, false>;
+    const BatchSumLaunch l = batch_sum_launch(batch, channels, sms);
+    auto kernel = l.tiles == kBatchSumChannels ? running_stats_kernel<acc_t, kBatchSumChannels>
+                  : l.tiles > 0                ? running_stats_kernel<acc_t, kBatchSumNarrowChannels>
+                                               : running_stats_kernel<acc_t, 0>;
     return launch_after(dependent, kernel, dim3(l.grid), l.block, 0, stream,
                         static_cast<const acc_t*>(stats), batch, channels, count, momentum, eps, running_mean,
                         running_var);
@@ -5045,7 +5065,7 @@ std::tuple<at::Tensor, at::Tensor> channel_gradients(const Problem& pr, const c1
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if (dw.data == nullptr && db.data == nullptr) return {dweight, dbias};
   if (pr.num_instances > 0 && pr.instance_size > 0) {
-    C10_CUDA_CHECK(launch_channel_sums(pr, dw, db, dependent_launch(), stream));
+    C10_CUDA_CHECK(launch_channel_sums(pr, dw, db, device_info().sms, dependent_launch(), stream));
   } else {  // sums over nothing
     if (dw.data) C10_CUDA_CHECK(launch_fill(dw, dweight.numel(), 0.0, stream));
     if (db.data) C10_CUDA_CHECK(launch_fill(db, dbias.numel(), 0.0, stream));
@@ -5262,7 +5282,7 @@ void update_running_stats(const at::Tensor& stats, const at::Tensor& running_mea
     return ChannelVector{t.data_ptr(), dtype_of(t.scalar_type()), t.numel() > 1 ? t.stride(0) : 1};
   };
   C10_CUDA_CHECK(launch_running_stats(dtype_of(stats.scalar_type()), stats.data_ptr(), batch, channels, count, momentum,
-                                      eps, as_vector(running_mean), as_vector(running_var), dependent_launch(),
+                                      eps, as_vector(running_mean), as_vector(running_var), device_info().sms, dependent_launch(),
                                       c10::cuda::getCurrentCUDAStream()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
