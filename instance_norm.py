@@ -3248,7 +3248,9 @@ cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span, const typenam
 // of the batch (a power of two); each thread adds its slice in order, then the slices are added pairwise
 // in shared memory: a fixed order, deterministic. The warp per channel (warp_sums) reads each lane's
 // value from a sector of its own, 32 CTAs for 256 channels (torch.profiler, s38/call6: 14.33 us of
-// channel sums in the fp32 training step at (1024, 256, 4, 4), whose backward's sums are 2 MB).
+// channel sums in the fp32 training step at (1024, 256, 4, 4), whose backward's sums are 2 MB). kChannels:
+// the CTA's channels, kBatchSumChannels or, for few channels and a large batch, kBatchSumNarrowChannels
+// (batch_sum_launch).
 // `load(i)` gives the two values at i; `finish(c, a, b)` writes channel c's results from the two sums.
 template <int kChannels, typename sum_t, class Load, class Finish>
 __device__ __forceinline__ void batch_sums(int64_t batch, int64_t channels, Load load, Finish finish) {
@@ -3647,8 +3649,11 @@ auto with_acc(DType dtype, F&& f) {
 // kBatchSumNarrowMinBatch rows or more, a CTA takes kBatchSumNarrowChannels channels (4x the CTAs; a warp's
 // loads are then 8 bytes of each of 16 batch rows, from the L2 where the kernel before just wrote them) and up
 // to kBatchSumThreads / kBatchSumNarrowChannels slices, about 4 batch rows a thread at least. Graph replay,
-// H200, s43/call1 (without the batch bound): (4096,256,2,2) fp32 training step 0.93x, affine backward 0.91x,
-// running statistics 0.83x; but N 512-1024 at 4x4 and 8x8 lost up to 1.50x (bf16 (512,64,8,8) affine backward).
+// H200 (benchmarks/NOTES.md, forty-third session), the affine backward, training step and running statistics
+// on narrow tiles over tiles of 8: at N 4096-8192, C 32-256, 0.62-0.99x (s43/call2, 30 rows; fp32
+// (4096,256,2,2) training step 60.07 -> 55.59 us), and at C 384-512 tiles of 8 were the slower (1.02-1.09x,
+// s43/call3); below N 4096 narrow tiles lost up to 1.50x (bf16 (512,64,8,8) affine backward, s43/call1) and
+// 1.22x at (2048,512,2,2) (s43/call2), though they won at (2048,128,4,4) (0.85-0.99x).
 struct BatchSumLaunch {
   int tiles;  // batch_sums' instance (its channels a CTA), or 0: warp_sums'
   unsigned grid;
@@ -3670,7 +3675,6 @@ BatchSumLaunch batch_sum_launch(int64_t batch, int64_t channels, int sms) {
   while (slices * 2 <= kBatchSumThreads / kNarrow && int64_t(slices) * 2 * 4 <= batch) slices *= 2;
   return {kNarrow, static_cast<unsigned>(grid_limit((channels + kNarrow - 1) / kNarrow)), kNarrow * slices};
 }
-
 
 }  // namespace
 

@@ -111,12 +111,14 @@ def test_gradients_track_running_stats_train_and_eval(inorm, gen, seed):
 
 
 # (N, C) around the per-channel kernels' two instances: warp_sums below kBatchSumMinBatch (96: N 1, 7, 33), and
-# batch_sums' tiles from it on, C below, at and past kBatchSumChannels (8) and many tiles (1030: tiles of 8 where
-# they fill half the SMs or more, else of kBatchSumNarrowChannels), N past kBatchSumSlices (128) slices and their
-# unrolled loop, and the narrow tiles' widest block (N 4100: 512 slices); float32 and float64 sums (acc_t float /
-# double). (The grid-stride second pass over tiles needs more than kMaxGrid tiles: not tested.)
+# batch_sums' tiles from it on, C below, at and past kBatchSumChannels (8) and many tiles (1030), N past
+# kBatchSumSlices (128) slices and their unrolled loop, and from kBatchSumNarrowMinBatch (4096) on with few channels
+# the tiles of kBatchSumNarrowChannels at their widest block (N 4100: 512 slices), C odd (3) and not (40); float32
+# and float64 sums (acc_t float / double). (The grid-stride second pass over tiles needs more than kMaxGrid tiles:
+# not tested.)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("nc", [(1, 3), (7, 9), (129, 7), (1000, 17), (33, 1030), (300, 8), (97, 1030), (4100, 3)],
+@pytest.mark.parametrize("nc", [(1, 3), (7, 9), (129, 7), (1000, 17), (33, 1030), (300, 8), (97, 1030), (4100, 3),
+                                (4100, 40)],
                          ids=str)
 def test_batch_sums(inorm, nc, dtype, gen, seed):
     """The per-channel sums over the batch: dweight and dbias against float64 autograd, and the running
