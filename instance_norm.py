@@ -190,9 +190,14 @@ inline constexpr int kMergeThreads = 256;        // the merge (a warp per instan
 inline constexpr int kBatchSumChannels = 8;      // per-channel sums over the batch: a CTA's channels (a sector)
 inline constexpr int kBatchSumSlices = 128;      // ... and at most this many strided slices of the batch
 inline constexpr int kBatchSumMinBatch = 96;     // ... from this batch on (below: a warp per channel)
-inline constexpr int kBatchSumNarrowChannels = 2;  // ... a CTA's channels where tiles of 8 would fill under half the SMs
+inline constexpr int kBatchSumNarrowChannels = 2;  // ... a CTA's channels where tiles of 8 fill at most half the SMs
 inline constexpr int kBatchSumNarrowMinBatch = 4096;  // ... and the batch has at least this many rows
 inline constexpr int kBatchSumThreads = kBatchSumChannels * kBatchSumSlices;  // ... a CTA's most threads
+inline constexpr int kRowSumThreads = 256;       // the affine gradients' row pass: a CTA's threads
+inline constexpr int kRowSumMinBatch = 4096;     // ... from this batch on
+inline constexpr int kRowSumMaxChannels = 256;   // ... up to this many channels
+inline constexpr int kRowSumCtasPerSm = 2;       // ... about this many CTAs an SM
+inline constexpr int kRowSumMinRows = 8;         // ... each CTA this many batch rows at least
 inline constexpr int64_t kMaxGrid = int64_t(1) << 22;  // grid-stride loops beyond this many CTAs
 inline constexpr int64_t kMaxGridY = 65535;      // the CUDA limit of gridDim.y
 inline constexpr int kStaticSmemReserve = 4096;  // a kernel's static shared memory, kept out of the
@@ -401,10 +406,14 @@ inline ClWorkspace cl_split_workspace(const Problem& pr, const ClShape& s) {
 }
 
 // Per-channel sums over the batch of the backward's per-instance sums: dweight, dbias (each may
-// be absent); count 0 instance elements makes them zero. `dependent`: launched dependent on the
+// be absent); count 0 instance elements makes them zero. `sms`: the device's SM count (device_info()),
+// which picks the CTAs' channel tiles (batch_sum_launch). `dependent`: launched dependent on the
 // kernel before it (the host passes dependent_launch(), as for Launch::dependent).
+// `workspace`: channel_sums_workspace_bytes(problem, sms) bytes (the same sms), or null where that is 0.
 cudaError_t launch_channel_sums(const Problem& problem, ChannelVector dweight, ChannelVector dbias, int sms,
-                                bool dependent, cudaStream_t stream);
+                                void* workspace, bool dependent, cudaStream_t stream);
+// The bytes of launch_channel_sums' workspace (its row pass's partial sums; 0: one pass, none needed).
+int64_t channel_sums_workspace_bytes(const Problem& problem, int sms);
 // running = (1 - momentum) * running + momentum * (batch mean of the instances' mean / unbiased var).
 cudaError_t launch_running_stats(DType acc, const void* stats, int64_t batch, int64_t channels, int64_t count,
                                  double momentum, double eps, ChannelVector running_mean,
@@ -3242,15 +3251,15 @@ cl_apply_kernel(Params<typename Op::T> p, ClShape s, int64_t span, const typenam
 // =====================================================================================
 
 // Two sums over the batch per channel, of values at n * C + c (n < batch): the affine gradients from the
-// backward's per-instance sums, the running statistics from the forward's, from kBatchSumMinBatch on. A
-// CTA takes kBatchSumChannels consecutive channels (32 bytes of float sums, 64 of double: a warp's loads are four
-// batch rows of whole sectors where C is a multiple of 8) and blockDim / kBatchSumChannels strided slices
-// of the batch (a power of two); each thread adds its slice in order, then the slices are added pairwise
-// in shared memory: a fixed order, deterministic. The warp per channel (warp_sums) reads each lane's
+// backward's per-instance sums (or the row pass's partials, channel_rows_kernel), the running statistics from
+// the forward's, from kBatchSumMinBatch on. A
+// CTA takes kChannels consecutive channels: kBatchSumChannels (32 bytes of float sums, 64 of double: a warp's
+// loads are four batch rows of whole sectors where C is a multiple of 8) or, for few channels and a large batch,
+// kBatchSumNarrowChannels (batch_sum_launch); and blockDim / kChannels strided slices of the batch (a power of
+// two); each thread adds its slice in order, then the slices are added pairwise in shared memory: a fixed
+// order for a given shape and SM count, deterministic. The warp per channel (warp_sums) reads each lane's
 // value from a sector of its own, 32 CTAs for 256 channels (torch.profiler, s38/call6: 14.33 us of
-// channel sums in the fp32 training step at (1024, 256, 4, 4), whose backward's sums are 2 MB). kChannels:
-// the CTA's channels, kBatchSumChannels or, for few channels and a large batch, kBatchSumNarrowChannels
-// (batch_sum_launch).
+// channel sums in the fp32 training step at (1024, 256, 4, 4), whose backward's sums are 2 MB).
 // `load(i)` gives the two values at i; `finish(c, a, b)` writes channel c's results from the two sums.
 template <int kChannels, typename sum_t, class Load, class Finish>
 __device__ __forceinline__ void batch_sums(int64_t batch, int64_t channels, Load load, Finish finish) {
@@ -3327,7 +3336,7 @@ __device__ __forceinline__ void sums_over_batch(int64_t batch, int64_t channels,
 template <typename acc_t, int kTiles>
 __global__ void __launch_bounds__(kTiles ? kBatchSumThreads : kMergeThreads)
 channel_sums_kernel(const acc_t* sums, int64_t batch, int64_t channels, ChannelVector dweight, ChannelVector dbias) {
-  wait_for_prior_grid();  // the backward's sums
+  wait_for_prior_grid();  // the backward's sums, or the row pass's partials
   const int64_t P = batch * channels;
   const auto load = [&](int64_t i) { return SumPair<acc_t>{sums[i], sums[P + i]}; };
   const auto finish = [&](int64_t c, acc_t a, acc_t b) {
@@ -3335,6 +3344,57 @@ channel_sums_kernel(const acc_t* sums, int64_t batch, int64_t channels, ChannelV
     if (dbias.data != nullptr) set_channel_value(dbias, c, a);
   };
   sums_over_batch<kTiles, acc_t>(batch, channels, load, finish);
+}
+
+// The row pass of the affine gradients' sums over a large batch (channel_sums_plan): CTA b adds batch rows
+// [b * rows, (b + 1) * rows) of every channel, in chunks of up to kRowSumThreads channels, into
+// partials[k][b * C + c] (the layout of the backward's sums, a batch of gridDim.x rows: channel_sums_kernel
+// then adds them over b as it does the backward's own sums). A warp reads consecutive channels of a row: whole
+// rows once, where a CTA per channel tile reads a few of each row's sectors (8 or 32 bytes of each 1 KB row at
+// C 256 in float). A chunk of width W channels takes `phases` (the largest power of two with phases * W <=
+// kRowSumThreads) strided rows at once, added pairwise in shared memory: a fixed order for a given shape and
+// grid, deterministic.
+template <typename acc_t>
+__global__ void __launch_bounds__(kRowSumThreads)
+channel_rows_kernel(const acc_t* sums, int64_t batch, int64_t channels, int64_t rows, acc_t* partials) {
+  wait_for_prior_grid();  // the backward's sums
+  allow_dependent_grid();  // channel_sums_kernel's CTAs may take their SMs and wait for this grid
+  __shared__ acc_t held[2][kRowSumThreads];
+  const int64_t P = batch * channels;
+  const int64_t Q = int64_t(gridDim.x) * channels;
+  const int width = channels < kRowSumThreads ? static_cast<int>(channels) : kRowSumThreads;
+  int phases = 1;
+  while (phases * 2 * width <= kRowSumThreads) phases *= 2;
+  const int lane = threadIdx.x % width;
+  const int phase = threadIdx.x / width;  // phases and up: idle
+  const int64_t row0 = int64_t(blockIdx.x) * rows;
+  const int64_t row1 = row0 + rows < batch ? row0 + rows : batch;
+  for (int64_t c0 = 0; c0 < channels; c0 += width) {
+    const int64_t c = c0 + lane;
+    acc_t a = 0, b = 0;
+    if (phase < phases && c < channels) {
+#pragma unroll 4
+      for (int64_t n = row0 + phase; n < row1; n += phases) {
+        a += sums[n * channels + c];
+        b += sums[P + n * channels + c];
+      }
+    }
+    held[0][threadIdx.x] = a;
+    held[1][threadIdx.x] = b;
+    __syncthreads();
+    for (int h = phases >> 1; h > 0; h >>= 1) {
+      if (phase < h) {
+        held[0][threadIdx.x] += held[0][threadIdx.x + h * width];
+        held[1][threadIdx.x] += held[1][threadIdx.x + h * width];
+      }
+      __syncthreads();
+    }
+    if (phase == 0 && c < channels) {
+      partials[int64_t(blockIdx.x) * channels + c] = held[0][threadIdx.x];
+      partials[Q + int64_t(blockIdx.x) * channels + c] = held[1][threadIdx.x];
+    }
+    __syncthreads();  // `held` is reused by the next chunk
+  }
 }
 
 // What F.instance_norm does with running statistics: each instance updates its channel's copy with
@@ -3645,15 +3705,19 @@ auto with_acc(DType dtype, F&& f) {
 // The per-channel kernels' launch: from kBatchSumMinBatch on, batch_sums' instance, a CTA per
 // kBatchSumChannels channels of kBatchSumSlices slices of the batch (kBatchSumChannels threads each); below it,
 // warp_sums' own instance (no shared memory, kMergeThreads' bounds), a warp per channel in CTAs of kMergeThreads.
-// Where tiles of kBatchSumChannels would occupy under half the SMs (256 channels: 32 CTAs) and the batch has
+// Where tiles of kBatchSumChannels would occupy at most half the SMs (256 channels: 32 CTAs) and the batch has
 // kBatchSumNarrowMinBatch rows or more, a CTA takes kBatchSumNarrowChannels channels (4x the CTAs; a warp's
-// loads are then 8 bytes of each of 16 batch rows, from the L2 where the kernel before just wrote them) and up
-// to kBatchSumThreads / kBatchSumNarrowChannels slices, about 4 batch rows a thread at least. Graph replay,
-// H200 (benchmarks/NOTES.md, forty-third session), the affine backward, training step and running statistics
-// on narrow tiles over tiles of 8: at N 4096-8192, C 32-256, 0.62-0.99x (s43/call2, 30 rows; fp32
-// (4096,256,2,2) training step 60.07 -> 55.59 us), and at C 384-512 tiles of 8 were the slower (1.02-1.09x,
-// s43/call3); below N 4096 narrow tiles lost up to 1.50x (bf16 (512,64,8,8) affine backward, s43/call1) and
-// 1.22x at (2048,512,2,2) (s43/call2), though they won at (2048,128,4,4) (0.85-0.99x).
+// loads are then 8 bytes of float sums, 16 of double, of each of 16 batch rows, from the L2 where the kernel
+// before just wrote them) in kBatchSumThreads / kBatchSumNarrowChannels slices: 8 batch rows a thread at least.
+// Graph replay, H200 (benchmarks/NOTES.md, thirty-ninth session; results_h200/s43), the affine backward,
+// training step and running statistics on narrow tiles over tiles of 8: at N 4096-8192 and C 32-256,
+// 0.62-1.01x over 18 rows (s43/call2; fp32 (4096,256,2,2) training step 60.07 -> 55.59 us, bf16 42.48 ->
+// 42.77), and at C 384-512 tiles of 8 took 1.01-1.09x the narrow tiles' time, but for the bf16 running
+// statistics (0.93-0.98x; s43/call3); below N 4096 narrow tiles lost up to 1.50x (bf16 (512,64,8,8) affine
+// backward, s43/call1) and 1.22x at (2048,512,2,2) (s43/call2), though they won at (2048,128,4,4)
+// (0.85-0.99x). With the row pass (channel_sums_plan) the affine gradients reach the narrow tiles only past
+// kRowSumMaxChannels (C 257-528 at N >= 4096 on 132 SMs; the row pass's second pass has at most
+// kRowSumCtasPerSm * SMs rows); they serve the running statistics at every C up to 4 * SMs.
 struct BatchSumLaunch {
   int tiles;  // batch_sums' instance (its channels a CTA), or 0: warp_sums'
   unsigned grid;
@@ -3671,9 +3735,9 @@ BatchSumLaunch batch_sum_launch(int64_t batch, int64_t channels, int sms) {
     return {kBatchSumChannels, static_cast<unsigned>(grid_limit(tiles)), kBatchSumThreads};
   }
   constexpr int kNarrow = kBatchSumNarrowChannels;
-  int slices = kBatchSumSlices;
-  while (slices * 2 <= kBatchSumThreads / kNarrow && int64_t(slices) * 2 * 4 <= batch) slices *= 2;
-  return {kNarrow, static_cast<unsigned>(grid_limit((channels + kNarrow - 1) / kNarrow)), kNarrow * slices};
+  static_assert(kBatchSumNarrowMinBatch >= 8 * (kBatchSumThreads / kNarrow),
+                "narrow tiles: every slice of the widest block takes 8 batch rows at least");
+  return {kNarrow, static_cast<unsigned>(grid_limit((channels + kNarrow - 1) / kNarrow)), kBatchSumThreads};
 }
 
 }  // namespace
@@ -3726,18 +3790,55 @@ cudaError_t launch_plan(const Plan& plan, const Problem& problem, const Launch& 
                  [&](auto op) { return launch_typed<decltype(op)>(plan, problem, launch, workspace, stream); });
 }
 
+// The affine gradients' sums over the batch in two passes, from kRowSumMinBatch rows on and up to
+// kRowSumMaxChannels channels: channel_rows_kernel on `ctas` CTAs of `rows` batch rows each (about
+// kRowSumCtasPerSm an SM, kRowSumMinRows rows each at least), then channel_sums_kernel over its partials.
+// ctas 0: one pass (channel_sums_kernel over the backward's sums). Graph replay, H200 (benchmarks/NOTES.md,
+// fortieth session; results_h200/s44/call1), the affine backward and training step against one pass: at N
+// 4096-8192 and C 32-256, 0.58-0.99x over 12 rows (bf16 (4096,256,2,2) affine backward 21.57 -> 18.46 us);
+// from N 2048 on at C 512 it lost 1.02-1.07x ((2048,512,2,2)), and from N 512 on it lost up to 1.13x at
+// (512,64,8,8) and 1.08x at (1024,256,4,4): hence N 4096 and C 256.
+struct ChannelSumsPlan {
+  int64_t ctas, rows;
+};
+ChannelSumsPlan channel_sums_plan(int64_t batch, int64_t channels, int sms) {
+  if (batch < kRowSumMinBatch || channels > kRowSumMaxChannels || channels == 0) return {0, 0};
+  int64_t ctas = std::min<int64_t>(int64_t(sms) * kRowSumCtasPerSm, batch / kRowSumMinRows);
+  const int64_t rows = (batch + ctas - 1) / ctas;
+  ctas = (batch + rows - 1) / rows;
+  return {ctas, rows};
+}
+
+int64_t channel_sums_workspace_bytes(const Problem& pr, int sms) {
+  if (pr.channels == 0) return 0;
+  const ChannelSumsPlan plan = channel_sums_plan(pr.num_instances / pr.channels, pr.channels, sms);
+  const int64_t acc_bytes = pr.dtype == DType::kDouble ? 8 : 4;
+  return plan.ctas * pr.channels * 2 * acc_bytes;
+}
+
 cudaError_t launch_channel_sums(const Problem& pr, ChannelVector dweight, ChannelVector dbias, int sms,
-                                bool dependent, cudaStream_t stream) {
+                                void* workspace, bool dependent, cudaStream_t stream) {
   const int64_t batch = pr.channels > 0 ? pr.num_instances / pr.channels : 0;
   if (pr.channels == 0) return cudaSuccess;
-  return with_acc(pr.dtype, [&](auto tag) {
+  const ChannelSumsPlan plan = channel_sums_plan(batch, pr.channels, sms);
+  return with_acc(pr.dtype, [&](auto tag) -> cudaError_t {
     using acc_t = decltype(tag);
-    const BatchSumLaunch l = batch_sum_launch(batch, pr.channels, sms);
+    const acc_t* sums = static_cast<const acc_t*>(pr.sums);
+    int64_t rows_total = batch;
+    if (plan.ctas > 0) {
+      acc_t* partials = static_cast<acc_t*>(workspace);
+      const cudaError_t status = launch_after(dependent, channel_rows_kernel<acc_t>, dim3(static_cast<unsigned>(plan.ctas)),
+                                              kRowSumThreads, 0, stream, sums, batch, pr.channels, plan.rows, partials);
+      if (status != cudaSuccess) return status;
+      sums = partials;
+      rows_total = plan.ctas;
+    }
+    const BatchSumLaunch l = batch_sum_launch(rows_total, pr.channels, sms);
     auto kernel = l.tiles == kBatchSumChannels ? channel_sums_kernel<acc_t, kBatchSumChannels>
                   : l.tiles > 0                ? channel_sums_kernel<acc_t, kBatchSumNarrowChannels>
                                                : channel_sums_kernel<acc_t, 0>;
-    return launch_after(dependent, kernel, dim3(l.grid), l.block, 0, stream,
-                        static_cast<const acc_t*>(pr.sums), batch, pr.channels, dweight, dbias);
+    return launch_after(dependent, kernel, dim3(l.grid), l.block, 0, stream, sums, rows_total, pr.channels, dweight,
+                        dbias);
   });
 }
 
@@ -5069,7 +5170,12 @@ std::tuple<at::Tensor, at::Tensor> channel_gradients(const Problem& pr, const c1
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if (dw.data == nullptr && db.data == nullptr) return {dweight, dbias};
   if (pr.num_instances > 0 && pr.instance_size > 0) {
-    C10_CUDA_CHECK(launch_channel_sums(pr, dw, db, device_info().sms, dependent_launch(), stream));
+    const int sms = device_info().sms;
+    const int64_t bytes = channel_sums_workspace_bytes(pr, sms);
+    at::Tensor workspace;  // the row pass's partials, if it runs
+    if (bytes > 0) workspace = at::empty({bytes}, x.options().dtype(at::kByte));
+    C10_CUDA_CHECK(launch_channel_sums(pr, dw, db, sms, bytes > 0 ? workspace.data_ptr() : nullptr, dependent_launch(),
+                                       stream));
   } else {  // sums over nothing
     if (dw.data) C10_CUDA_CHECK(launch_fill(dw, dweight.numel(), 0.0, stream));
     if (db.data) C10_CUDA_CHECK(launch_fill(db, dbias.numel(), 0.0, stream));
@@ -5286,8 +5392,8 @@ void update_running_stats(const at::Tensor& stats, const at::Tensor& running_mea
     return ChannelVector{t.data_ptr(), dtype_of(t.scalar_type()), t.numel() > 1 ? t.stride(0) : 1};
   };
   C10_CUDA_CHECK(launch_running_stats(dtype_of(stats.scalar_type()), stats.data_ptr(), batch, channels, count, momentum,
-                                      eps, as_vector(running_mean), as_vector(running_var), device_info().sms, dependent_launch(),
-                                      c10::cuda::getCurrentCUDAStream()));
+                                      eps, as_vector(running_mean), as_vector(running_var), device_info().sms,
+                                      dependent_launch(), c10::cuda::getCurrentCUDAStream()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

@@ -113,12 +113,16 @@ def test_gradients_track_running_stats_train_and_eval(inorm, gen, seed):
 # (N, C) around the per-channel kernels' two instances: warp_sums below kBatchSumMinBatch (96: N 1, 7, 33), and
 # batch_sums' tiles from it on, C below, at and past kBatchSumChannels (8) and many tiles (1030), N past
 # kBatchSumSlices (128) slices and their unrolled loop, and from kBatchSumNarrowMinBatch (4096) on with few channels
-# the tiles of kBatchSumNarrowChannels at their widest block (N 4100: 512 slices), C odd (3) and not (40); float32
+# the tiles of kBatchSumNarrowChannels (N 4100: 512 slices), C 3 (two CTAs, the second's second channel past C) and
+# 40 in the running statistics, and 257 (129 CTAs) in the affine gradients too (tiles of 8 at N >= 4096 need C
+# above 4 * SMs: not tested); the affine gradients' row pass from kRowSumMinBatch (4096) on up to kRowSumMaxChannels
+# (256): C 1 (256 phases), 3, 40, 129 (one phase) and 256, with a short last CTA at N 4100 and 4111 (257 CTAs of 16
+# rows on 132 SMs; chunks past kRowSumThreads channels are not reached); float32
 # and float64 sums (acc_t float / double). (The grid-stride second pass over tiles needs more than kMaxGrid tiles:
 # not tested.)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("nc", [(1, 3), (7, 9), (129, 7), (1000, 17), (33, 1030), (300, 8), (97, 1030), (4100, 3),
-                                (4100, 40)],
+                                (4100, 40), (4096, 1), (4100, 129), (4111, 256), (4096, 257)],
                          ids=str)
 def test_batch_sums(inorm, nc, dtype, gen, seed):
     """The per-channel sums over the batch: dweight and dbias against float64 autograd, and the running
@@ -190,9 +194,12 @@ def test_backward_stream_many_instances(inorm, shape, dtype, gen, seed):
     check_backward_plans(inorm, x, dy, w, plans, seed)
 
 
-def test_backward_is_deterministic(inorm, gen):
-    m = inorm.ModelNew(64, affine=True).cuda()
-    x = torch.randn(4, 64, 256, 256, device="cuda", generator=gen)
+@pytest.mark.parametrize("shape", [(4, 64, 256, 256), (4100, 40, 3, 3)], ids=str)
+def test_backward_is_deterministic(inorm, gen, shape):
+    """Bitwise the same gradients twice: a large instance's plan, and the affine gradients' row pass over a large
+    batch (partials per CTA, added in a fixed order)."""
+    m = inorm.ModelNew(shape[1], affine=True).cuda()
+    x = torch.randn(shape, device="cuda", generator=gen)
     dy = torch.randn_like(x)
     _, g1 = grads_of(m, x, dy)
     _, g2 = grads_of(m, x, dy)
