@@ -7,6 +7,7 @@
 # Variants against HEAD: rt512 / rt1024, CTAs of 512 / 1024 threads (more rows in flight a CTA, as many
 # partials); rowwork, up to 8 CTAs an SM while each sums 1024 pairs at least (the CTA counts of c4/c8 where they
 # won, HEAD's where they lost). A/B on the affine backward and training step, 32 rows.
+# Then the L2-tile prototype for issue 11 (below).
 #   run(command="bash benchmarks/prototypes/next_s45a.sh", timeout_s=600)
 set -uo pipefail
 P=benchmarks/prototypes
@@ -17,4 +18,10 @@ timeout $((585 - (SECONDS - START))) python3 $P/pdl_ab_s21.py base=instance_norm
   --shapes $SH --dtypes float32,bfloat16 > $OUT/ab.txt 2>&1
 echo "A/B rc=$? at $((SECONDS - START)) s"
 python3 $P/ab_verdict.py $OUT/ab.txt --rows 32 --worst 8 | tee $OUT/verdict.txt
+# Issue 11, with what is left (the base build above is cached for --ours): proto_l2tile_s44.py, a channels-last norm
+# one sample at a time so that the second read of x may come from the L2 (Triton, CUDA-graph replay against the copy;
+# its kernels checked on the CPU with TRITON_INTERPRET=1 against F.instance_norm in float64, three odd plans).
+LEFT=$((595 - (SECONDS - START)))
+[ $LEFT -gt 60 ] && timeout $LEFT python3 $P/proto_l2tile_s44.py --ours > $OUT/l2tile.txt 2>&1; echo "l2tile rc=$? at $((SECONDS - START)) s"
+grep -E "^[a-z]|copy|ModelNew" $OUT/l2tile.txt | head -12
 (cd $OUT && tar czf logs.tgz build*.txt device.txt 2>/dev/null && rm -f build*.txt device.txt)
