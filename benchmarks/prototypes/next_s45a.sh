@@ -24,4 +24,7 @@ python3 $P/ab_verdict.py $OUT/ab.txt --rows 32 --worst 8 | tee $OUT/verdict.txt
 LEFT=$((595 - (SECONDS - START)))
 [ $LEFT -gt 60 ] && timeout $LEFT python3 $P/proto_l2tile_s44.py --ours > $OUT/l2tile.txt 2>&1; echo "l2tile rc=$? at $((SECONDS - START)) s"
 grep -E "^[a-z]|copy|ModelNew" $OUT/l2tile.txt | head -12
+LEFT=$((595 - (SECONDS - START)))
+[ $LEFT -gt 30 ] && timeout $LEFT python3 $P/proto_l2tile_s44.py --ours --nchw --shape 1x2x4096x4096 > $OUT/l2tile_nchw.txt 2>&1
+echo "l2tile nchw rc=$? at $((SECONDS - START)) s"; grep -E "^[a-z]|copy|ModelNew" $OUT/l2tile_nchw.txt | head -8
 (cd $OUT && tar czf logs.tgz build*.txt device.txt 2>/dev/null && rm -f build*.txt device.txt)

@@ -26,9 +26,15 @@ ap.add_argument("--dtypes", default="bfloat16,float32")
 ap.add_argument("--shape", default="112x64x512x512")
 ap.add_argument("--ours", action="store_true", help="also time instance_norm.ModelNew on the same input")
 ap.add_argument("--ncu", action="store_true", help="one sample's two kernels, for ncu, then exit")
+ap.add_argument("--nchw", action="store_true", help="contiguous input, an instance at a time (e.g. 1x2x4096x4096)")
 args = ap.parse_args()
-N, C, H, W = map(int, args.shape.split("x"))
-HW = H * W
+N0, C0, H, W = map(int, args.shape.split("x"))
+NCHW = args.nchw
+# The kernels see `N` slabs of HW rows of C columns: NHWC samples, or (--nchw) instances of H * W elements as rows
+# of 64 (H * W a multiple of 64), COUNT elements an instance.
+N, C, HW = (N0 * C0, 64, H * W // 64) if NCHW else (N0, C0, H * W)
+COUNT = H * W
+assert not NCHW or (H * W) % 64 == 0
 EPS = 1e-5
 
 
@@ -56,16 +62,20 @@ def stats_kernel(x, sums, rows_per_cta, HW, C: tl.constexpr, ROWS: tl.constexpr,
 
 
 @triton.jit
-def map_kernel(x, y, sums, HW, eps, C: tl.constexpr, ROWS: tl.constexpr, REVERSE: tl.constexpr,
-               EVICT_FIRST: tl.constexpr):
+def map_kernel(x, y, sums, HW, count, eps, C: tl.constexpr, ROWS: tl.constexpr, REVERSE: tl.constexpr,
+               EVICT_FIRST: tl.constexpr, ALL: tl.constexpr):
+    # ALL: one instance laid out as HW rows of C columns (NCHW, --nchw): the C column sums are one instance's.
     pid = tl.program_id(0)
     if REVERSE:
         pid = tl.num_programs(0) - 1 - pid
     c = tl.arange(0, C)
     s = tl.load(sums + c)
     s2 = tl.load(sums + C + c)
-    mean = s / HW
-    var = tl.maximum(s2 / HW - mean * mean, 0.0)
+    if ALL:
+        s = tl.zeros([C], tl.float32) + tl.sum(s, 0)
+        s2 = tl.zeros([C], tl.float32) + tl.sum(s2, 0)
+    mean = s / count
+    var = tl.maximum(s2 / count - mean * mean, 0.0)
     a = 1.0 / tl.sqrt(var + eps)
     b = -mean * a
     r = pid * ROWS + tl.arange(0, ROWS)
@@ -84,8 +94,8 @@ def schedule(x, y, sums, stat_ctas, stat_rows, map_rows, reverse, hints, samples
     for n in range(N if samples is None else samples):
         xn, yn, sn = x[n], y[n], sums[n]
         stats_kernel[(stat_ctas,)](xn, sn, rows_per_cta, HW, C=C, ROWS=stat_rows, EVICT_LAST=hints, num_warps=4)
-        map_kernel[(triton.cdiv(HW, map_rows),)](xn, yn, sn, HW, EPS, C=C, ROWS=map_rows, REVERSE=reverse,
-                                                 EVICT_FIRST=hints, num_warps=4)
+        map_kernel[(triton.cdiv(HW, map_rows),)](xn, yn, sn, HW, COUNT, EPS, C=C, ROWS=map_rows, REVERSE=reverse,
+                                                 EVICT_FIRST=hints, ALL=NCHW, num_warps=4)
 
 
 def graph_time(fn, reps=5):
@@ -111,12 +121,17 @@ def graph_time(fn, reps=5):
 
 
 print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
-      f"L2 {torch.cuda.get_device_properties(0).L2_cache_size / 2**20:.0f} MB, shape ({N},{C},{H},{W}) channels_last",
+      f"L2 {torch.cuda.get_device_properties(0).L2_cache_size / 2**20:.0f} MB, shape ({N0},{C0},{H},{W}) "
+      f"{'contiguous, an instance at a time' if NCHW else 'channels_last, a sample at a time'}",
       flush=True)
 for dname in args.dtypes.split(","):
     dtype = getattr(torch, dname)
-    x = (torch.randn(N, C, H, W, device="cuda", dtype=dtype) * 2 + 1).contiguous(memory_format=torch.channels_last)
-    xs = x.permute(0, 2, 3, 1)  # (N, H, W, C) view over the same memory: x[n] is one sample's NHWC slab
+    if NCHW:
+        x = torch.randn(N0, C0, H, W, device="cuda", dtype=dtype) * 2 + 1
+        xs = x.view(N, HW, C)  # instance n: HW rows of 64
+    else:
+        x = (torch.randn(N0, C0, H, W, device="cuda", dtype=dtype) * 2 + 1).contiguous(memory_format=torch.channels_last)
+        xs = x.permute(0, 2, 3, 1)  # (N, H, W, C) view over the same memory: x[n] is one sample's NHWC slab
     assert xs.is_contiguous()
     y = torch.full_like(xs, float("nan"))
     sums = torch.zeros(N, 2 * C, device="cuda", dtype=torch.float32)
@@ -124,7 +139,7 @@ for dname in args.dtypes.split(","):
         schedule(xs, y, sums, 512, 32, 16, True, True, samples=2)
         torch.cuda.synchronize()
         continue
-    slab = C * HW * x.element_size() / 2**20
+    slab = C * HW * x.element_size() / 2**20  # a sample's (an instance's with --nchw)
     copy_out = torch.empty_like(xs)
     copy_bench = do_bench(lambda: copy_out.copy_(xs), warmup=5, rep=60)
     copy_graph = graph_time(lambda: copy_out.copy_(xs))
@@ -141,8 +156,9 @@ for dname in args.dtypes.split(","):
                 if ref is None:  # float64 statistics of a few samples' instances, the map in float32
                     k = min(N, 4)
                     xd = xs[:k].double()
-                    mu = xd.mean(dim=(1, 2), keepdim=True)
-                    var = xd.var(dim=(1, 2), unbiased=False, keepdim=True)
+                    dims = tuple(range(1, xd.dim())) if NCHW else tuple(range(1, xd.dim() - 1))
+                    mu = xd.mean(dim=dims, keepdim=True)
+                    var = xd.var(dim=dims, unbiased=False, keepdim=True)
                     ref = ((xd - mu) / torch.sqrt(var + EPS)).float()
                 err = ((y[:min(N, 4)].float() - ref).norm() / ref.norm()).item()
                 bad = torch.isnan(y).any().item()
@@ -154,7 +170,7 @@ for dname in args.dtypes.split(","):
     if args.ours:
         import instance_norm as inm
         inm.load_extension()
-        m = inm.ModelNew(C).cuda()
+        m = inm.ModelNew(C0).cuda()
         with torch.no_grad():
             t_b = do_bench(lambda: m(x), warmup=5, rep=60)
             t_g = graph_time(lambda: m(x))
