@@ -174,7 +174,7 @@ for dname in args.dtypes.split(","):
         with torch.no_grad():
             t_b = do_bench(lambda: m(x), warmup=5, rep=60)
             t_g = graph_time(lambda: m(x))
-        print(f"  ModelNew (channels_last in, out): {t_b:.3f} ms do_bench = {t_b / copy_bench:.3f}x, "
+        print(f"  ModelNew ({'contiguous' if NCHW else 'channels_last'} in, out): {t_b:.3f} ms do_bench = {t_b / copy_bench:.3f}x, "
               f"{t_g:.3f} ms graph = {t_g / copy_graph:.3f}x copy", flush=True)
     del x, xs, y, copy_out, ref
     torch.cuda.empty_cache()
