@@ -17,9 +17,9 @@ while [ $# -ge 2 ]; do
 done
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; md5sum instance_norm.py; for n in "${NAMES[@]}"; do md5sum /tmp/vab/$n/instance_norm.py; done; } > $OUT/device.txt 2>&1
 for n in "${NAMES[@]}"; do
-  timeout 300 python3 -c "import importlib.util; s=importlib.util.spec_from_file_location('$n','/tmp/vab/$n/instance_norm.py'); m=importlib.util.module_from_spec(s); s.loader.exec_module(m); m.load_extension(); print('built')" > $OUT/build_$n.txt 2>&1 &
+  timeout 400 python3 -c "import importlib.util; s=importlib.util.spec_from_file_location('$n','/tmp/vab/$n/instance_norm.py'); m=importlib.util.module_from_spec(s); s.loader.exec_module(m); m.load_extension(); print('built')" > $OUT/build_$n.txt 2>&1 &
 done
-timeout 300 python3 -c "import instance_norm; instance_norm.load_extension(); print('built')" > $OUT/build.txt 2>&1
+timeout 400 python3 -c "import instance_norm; instance_norm.load_extension(); print('built')" > $OUT/build.txt 2>&1
 wait
 for f in build "${NAMES[@]/#/build_}"; do
   grep -qx built $OUT/$f.txt || { echo "build failed $f"; tail -5 $OUT/$f.txt; exit 1; }

@@ -10,4 +10,4 @@ trap 'git apply -R "$SUITE_PATCH"' EXIT
 md5sum instance_norm.py tests/*.py > $OUT/md5.txt
 timeout $((${2:-590} - (SECONDS - START))) python3 -m pytest -q tests -p no:cacheprovider > $OUT/suite.txt 2>&1
 echo "suite ($(basename "$SUITE_PATCH")) rc=$? at $((SECONDS - START)) s"; tail -3 $OUT/suite.txt
-(cd $OUT && tar czf logs.tgz build*.txt device.txt && rm -f build*.txt device.txt)
+(cd $OUT && ls build*.txt device.txt >/dev/null 2>&1 && tar czf logs.tgz build*.txt device.txt && rm -f build*.txt device.txt)
